@@ -1,0 +1,3 @@
+async def main(input: dict) -> str:
+    name = input.get("name", "world")
+    return f"hello {name}"

@@ -1,0 +1,149 @@
+"""Contexts: a conversation's KV cache plus an SDK-side buffer of tokens not yet run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from pie_core.host import context as _host
+from pie_core.host import model as _model
+from inferlet.forward import Forward
+from inferlet.model import Model
+
+if TYPE_CHECKING:
+    from inferlet.generator import Generator
+    from inferlet.sampler import Sampler
+
+__all__ = ["Context"]
+
+
+class Context:
+    """A KV-cache context on one model.
+
+    Chat helpers (``system``, ``user``, ...) and ``append`` add tokens to the SDK-side buffer;
+    ``await flush()`` (or a generator's first step) runs them through the model. Pages are
+    released by :meth:`release`, by leaving a ``with`` block, or when the inferlet ends.
+    """
+
+    def __init__(self, model: Model) -> None:
+        if not isinstance(model, Model):
+            raise TypeError(f"Context(model) needs a Model (from Model.load), got {type(model).__name__}")
+        self._model = model
+        self._ctx = _host.create(model.name)
+        self._buffer: list[int] = []
+        self._chat = _model.chat_builder(model.name)
+
+    # -- inspection ------------------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        """The bound model."""
+        return self._model
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per KV page."""
+        return _host.page_size(self._handle())
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens in the KV cache, committed + working (excludes the SDK buffer)."""
+        return _host.seq_len(self._handle())
+
+    def buffer(self) -> list[int]:
+        """Tokens buffered in the SDK, not yet flushed."""
+        return list(self._buffer)
+
+    # -- filling ---------------------------------------------------------------------------
+    def system(self, text: str) -> Context:
+        """Add a system message."""
+        return self._extend(self._chat.system(text))
+
+    def user(self, text: str) -> Context:
+        """Add a user message."""
+        return self._extend(self._chat.user(text))
+
+    def assistant(self, text: str) -> Context:
+        """Add a pre-filled (complete) assistant turn."""
+        return self._extend(self._chat.assistant(text))
+
+    def cue(self) -> Context:
+        """Open the model's turn: generation starts after these tokens."""
+        return self._extend(self._chat.cue())
+
+    def seal(self) -> Context:
+        """Close the current assistant turn."""
+        return self._extend(self._chat.seal())
+
+    def append(self, tokens: Iterable[int]) -> Context:
+        """Append raw token ids to the buffer."""
+        return self._extend(tokens)
+
+    def fill(self, text: str) -> Context:
+        """Encode ``text`` with the model's tokenizer and append it."""
+        return self._extend(_model.tokenize(self._model.name, text))
+
+    def fill_tokens(self, tokens: Iterable[int]) -> Context:
+        """Alias of :meth:`append`."""
+        return self._extend(tokens)
+
+    async def flush(self) -> None:
+        """Run prefill on the buffered tokens and commit the pages they fill."""
+        if not self._buffer:
+            return
+        tokens = self._buffer
+        self._buffer = []
+        try:
+            await Forward(self).input(tokens).execute()
+        except BaseException:
+            self._buffer = tokens + self._buffer
+            raise
+
+    def truncate(self, n: int) -> None:
+        """Drop the trailing ``n`` working-page tokens (committed pages cannot be truncated)."""
+        _host.truncate(self._handle(), n)
+
+    # -- generation ------------------------------------------------------------------------
+    def forward(self) -> Forward:
+        """A raw forward pass on this context (the buffer is not included)."""
+        return Forward(self)
+
+    def generate(self, sampler: Sampler, **options: Any) -> Generator:
+        """A token generator; see :class:`inferlet.Generator` for the keyword options."""
+        from inferlet.generator import Generator
+
+        return Generator(self, sampler, **options)
+
+    async def generate_text(self, sampler: Sampler | None = None, **options: Any) -> str:
+        """Generate and return the decoded reply (readme convenience)."""
+        from inferlet.sampler import Sampler as _Sampler
+
+        return await self.generate(sampler or _Sampler.top_p(), **options).collect_text()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def release(self) -> None:
+        """Force-destroy this context now: its pages return to the pool."""
+        _host.release(self._ctx)
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Context:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def _handle(self) -> _host.HostContext:
+        self._ctx.check_live()
+        return self._ctx
+
+    def _extend(self, tokens: Iterable[int]) -> Context:
+        self._ctx.check_live()
+        self._buffer.extend(int(t) for t in tokens)
+        return self
+
+    def _take_buffer(self) -> list[int]:
+        tokens, self._buffer = self._buffer, []
+        return tokens

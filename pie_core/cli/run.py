@@ -1,0 +1,117 @@
+"""``pie run``: run one inferlet in-process on a freshly started engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pie_core
+from pie_core.cli.progress import loading_bar
+from pie_core.errors import NotFound
+from pie_core.runtime.engine import Engine
+from pie_core.runtime.events import Event
+from pie_core.runtime.instance import run_inferlet
+from pie_core.runtime.manifest import load_manifest, parse_cli_args
+
+__all__ = ["register", "find_inferlet", "example_dirs"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run an inferlet on a local engine",
+        description="Run an inferlet folder (or example name). Inferlet input goes after '--': "
+        "pie run text-completion -- --prompt 'Hi' --max-tokens 32",
+    )
+    p.add_argument("target", help="inferlet folder (with Pie.toml) or the name of an example")
+    p.add_argument("--backend", help="backend name (see 'pie backends'); default: torch if installed, else cpu")
+    p.add_argument("--model", help="model name (see 'pie model list'); default: the configured default")
+    p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
+    p.add_argument("--events", choices=["jsonl"], help="print every event as one JSON object per line")
+    p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_run)
+
+
+def example_dirs() -> list[Path]:
+    """Folders searched for example inferlets by name."""
+    here = Path(pie_core.__file__).resolve().parents[1] / "examples"
+    return [Path.cwd() / "examples", here]
+
+
+def find_inferlet(target: str) -> Path:
+    """Resolve a folder path or an example name to an inferlet folder.
+
+    Raises:
+        NotFound: Neither a folder with Pie.toml nor a known example (lists the examples).
+    """
+    path = Path(target)
+    if (path / "Pie.toml").is_file():
+        return path
+    for root in example_dirs():
+        if (root / target / "Pie.toml").is_file():
+            return root / target
+    names = sorted({p.parent.name for root in example_dirs() if root.is_dir() for p in root.glob("*/Pie.toml")})
+    raise NotFound(f"{target!r} is not an inferlet folder or example; examples: {', '.join(names) or 'none'}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    manifest = load_manifest(find_inferlet(args.target))
+    given = parse_cli_args(args.trailing, manifest)
+    manifest.validate_input(given)  # fail on bad parameters before loading anything
+    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy)
+    with loading_bar("loading model", enabled=not args.quiet and sys.stderr.isatty()) as progress:
+        engine.load(args.model, progress=progress)
+    printer = _JsonlPrinter() if args.events == "jsonl" else _TextPrinter()
+    final = asyncio.run(_main(engine, manifest, given, printer))
+    return 0 if final.kind == "return" else 1
+
+
+async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any) -> Event:
+    try:
+        return await run_inferlet(engine, manifest, given, printer)
+    finally:
+        await engine.close()
+
+
+class _TextPrinter:
+    """Streams Stdout to stdout verbatim, Stderr to stderr, the return value last."""
+
+    def __init__(self) -> None:
+        self._line_open = False
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "stdout":
+            sys.stdout.write(event.value)
+            sys.stdout.flush()
+            self._line_open = not event.value.endswith("\n")
+        elif event.kind == "stderr":
+            sys.stderr.write(event.value)
+            sys.stderr.flush()
+        elif event.kind == "file":
+            print(f"[file: {len(event.value)} bytes]", file=sys.stderr)
+        elif event.kind == "return":
+            if self._line_open:
+                sys.stdout.write("\n")
+            if event.value is not None:
+                value = event.value if isinstance(event.value, str) else json.dumps(event.value)
+                print(value)
+            sys.stdout.flush()
+        elif event.kind == "error":
+            if self._line_open:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            print(f"error: {event.value}", file=sys.stderr)
+
+
+class _JsonlPrinter:
+    """One JSON object per event: ``{"event": kind, "value": ...}`` (files as base64)."""
+
+    def __call__(self, event: Event) -> None:
+        value = base64.b64encode(event.value).decode() if event.kind == "file" else event.value
+        print(json.dumps({"event": event.kind, "value": value}), flush=True)

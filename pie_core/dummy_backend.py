@@ -1,0 +1,175 @@
+"""``DummyBackend``: the contract without a model, for SDK tests and overhead benchmarks.
+
+It needs no weights and keeps no KV. Logits are a deterministic function of each row's own
+(token id, position): a fixed pseudo-random vocabulary row rotated by a hash of the pair, so
+equal inputs give equal outputs in every run. Sampling and probes follow the reference
+semantics of :mod:`pie_core.sampling`, so logit masks, seeds and every sampler and probe kind
+behave exactly as on a real backend. Registered as the ``dummy`` entry point of ``pie.backends``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from pie_core.hookspec import (
+    CONTRACT_VERSION,
+    BackendInfo,
+    BackendOptions,
+    BatchOutput,
+    Capabilities,
+    CopyKind,
+    ForwardBatch,
+    hookimpl,
+)
+from pie_core.models.spec import ModelSpec
+from pie_core.sampling import logit_rows, sample_and_probe
+
+__all__ = ["DummyBackend", "dummy_logits"]
+
+DEFAULT_PAGES = 4096
+DEFAULT_HOST_PAGES = 64
+_TABLE_SEED = 0x5EED
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over a uint64 array (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _table(vocab_size: int) -> np.ndarray:
+    """A fixed float32 row in [-4, 4), stored twice so every rotation is one slice."""
+    row = np.random.Generator(np.random.PCG64(_TABLE_SEED)).uniform(-4.0, 4.0, vocab_size)
+    return np.concatenate([row, row]).astype(np.float32)
+
+
+def dummy_logits(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The dummy's logits for rows with the given token ids and positions.
+
+    Args:
+        table: ``_table(vocab)``, the doubled base row.
+        token_ids: int ``[U]``.
+        positions: int ``[U]``.
+
+    Returns:
+        float32 ``[U, vocab]``: the base row rotated by a hash of (token id, position).
+    """
+    vocab = table.shape[0] // 2
+    key = (token_ids.astype(np.uint64) << np.uint64(32)) ^ positions.astype(np.int64).astype(np.uint64)
+    offsets = (_mix(key) % np.uint64(vocab)).astype(np.int64)
+    out = np.empty((len(offsets), vocab), dtype=np.float32)
+    for i, off in enumerate(offsets):
+        out[i] = table[off : off + vocab]
+    return out
+
+
+class DummyBackend:
+    """Shape-correct backend with no model. One instance serves one (pretend) model."""
+
+    PIE_CONTRACT_VERSION = CONTRACT_VERSION
+
+    def __init__(self) -> None:
+        self._caps: Capabilities | None = None
+        self._table = np.zeros(0, dtype=np.float32)
+        self._rng = np.random.default_rng()
+
+    @hookimpl
+    def pie_backend_info(self) -> BackendInfo:
+        """Identify the backend."""
+        return BackendInfo(
+            name="dummy",
+            version="0.1.0",
+            contract_version=CONTRACT_VERSION,
+            description="no model: deterministic pseudo-random logits, real samplers and probes",
+        )
+
+    @hookimpl
+    def pie_backend_load_model(
+        self, spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], options: BackendOptions
+    ) -> Capabilities:
+        """Take the vocabulary size from ``spec``; the weights are ignored (never read).
+
+        The pools have ``options.kv_pages`` (``DEFAULT_PAGES`` when 0) and
+        ``options.host_pages`` (``DEFAULT_HOST_PAGES`` when 0) pages; they store nothing.
+        """
+        if options.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {options.page_size}")
+        self._table = _table(spec.vocab_size)
+        self._caps = Capabilities(
+            page_size=options.page_size,
+            num_pages=options.kv_pages or DEFAULT_PAGES,
+            num_host_pages=options.host_pages or DEFAULT_HOST_PAGES,
+            vocab_size=spec.vocab_size,
+            max_batch_tokens=1 << 16,
+            max_batch_requests=4096,
+            max_sample_rows=1 << 16,
+            max_mask_bytes=1 << 30,
+            dtype="float32",
+            device="cpu",
+            features=frozenset({"custom_mask", "logit_mask", "probes", "offload"}),
+        )
+        return self._caps
+
+    @hookimpl
+    def pie_backend_capabilities(self) -> Capabilities:
+        """Capabilities of the loaded (pretend) model.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+        """
+        return self._loaded()
+
+    @hookimpl
+    def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:
+        """Sample and probe the requested rows from the dummy logits.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: A sample/probe row, token id or page id is out of range.
+        """
+        caps = self._loaded()
+        n = batch.num_tokens
+        rows = logit_rows(batch)
+        if rows.size and (rows[0] < 0 or rows[-1] >= n):
+            raise ValueError(f"sample and probe rows must index the {n} input tokens")
+        if n and (batch.token_ids.min() < 0 or batch.token_ids.max() >= caps.vocab_size):
+            raise ValueError(f"token ids must be in [0, {caps.vocab_size})")
+        pages = batch.kv_page_indices
+        if pages.size and (pages.min() < 0 or pages.max() >= caps.num_pages):
+            raise ValueError(f"kv_page_indices must be in [0, {caps.num_pages})")
+        logits = dummy_logits(self._table, batch.token_ids[rows], batch.positions[rows])
+        return sample_and_probe(batch, rows, logits, self._rng)
+
+    @hookimpl
+    def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:
+        """Check the page ids of a copy (there is nothing to copy).
+
+        Raises:
+            ValueError: Lengths differ or an id is out of range for its pool.
+        """
+        caps = self._loaded()
+        kind = CopyKind(int(kind))
+        if len(src) != len(dst):
+            raise ValueError(
+                f"copy_pages needs as many destinations as sources, got {len(src)} and {len(dst)}"
+            )
+        device, host = caps.num_pages, caps.num_host_pages
+        limits = {
+            CopyKind.DEVICE_TO_DEVICE: (device, device),
+            CopyKind.DEVICE_TO_HOST: (device, host),
+            CopyKind.HOST_TO_DEVICE: (host, device),
+        }[kind]
+        for ids, limit, what in ((src, limits[0], "source"), (dst, limits[1], "destination")):
+            ids = np.asarray(ids)
+            if ids.size and (ids.min() < 0 or ids.max() >= limit):
+                raise ValueError(f"{what} page ids must be in [0, {limit}) for {kind.name}")
+
+    def _loaded(self) -> Capabilities:
+        if self._caps is None:
+            raise RuntimeError("no model loaded: call pie_backend_load_model first")
+        return self._caps

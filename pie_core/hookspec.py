@@ -1,0 +1,266 @@
+"""The backend contract: pluggy hook specifications plus the batch and output value objects.
+
+A backend is a plugin object (usually a class instance) with ``@hookimpl`` methods for the
+hooks below. It is found through the entry-point group ``pie.backends``: the entry point names
+the backend and points at a zero-argument factory (a class) returning the plugin object. The
+plugin object must carry ``PIE_CONTRACT_VERSION`` equal to :data:`CONTRACT_VERSION`'s major
+number, or registration fails (see ``pie_core.plugins``).
+
+Every array is a numpy array; integer arrays are int32 unless said otherwise. The core builds
+batches; the backend never sees Python lists per token. Hooks are called from one backend worker
+thread, never concurrently for the same backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Iterable
+
+import numpy as np
+import pluggy
+
+from pie_core.models.spec import ModelSpec
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "hookspec",
+    "hookimpl",
+    "SamplerKind",
+    "ProbeKind",
+    "CopyKind",
+    "Capabilities",
+    "BackendInfo",
+    "BackendOptions",
+    "ForwardBatch",
+    "BatchOutput",
+    "BackendSpec",
+]
+
+CONTRACT_VERSION = "1.0"
+"""Major.minor of this contract. A plugin whose major differs is refused at registration."""
+
+hookspec = pluggy.HookspecMarker("pie")
+hookimpl = pluggy.HookimplMarker("pie")
+
+
+class SamplerKind(IntEnum):
+    """How a sample row picks its token(s). Temperature applies before every filter."""
+
+    ARGMAX = 0
+    TOP_K = 1
+    TOP_P = 2
+    MIN_P = 3
+    TOP_K_TOP_P = 4
+    MULTINOMIAL = 5  # ``draws`` independent draws from the full tempered distribution
+
+
+class ProbeKind(IntEnum):
+    """What a probe row reads off the logits at one input position."""
+
+    LOGITS = 0  # float32[vocab], raw (after the logit mask: masked entries are -inf)
+    DISTRIBUTION = 1  # top-k (ids, probs) of softmax(logits / temperature); k = 0 means all
+    LOGPROBS = 2  # log-softmax at the given token ids, in their order
+    ENTROPY = 3  # -sum p log p of softmax(logits), a float
+
+
+class CopyKind(IntEnum):
+    """Direction of a page copy. Host slots are the backend's own, numbered by the core."""
+
+    DEVICE_TO_DEVICE = 0
+    DEVICE_TO_HOST = 1
+    HOST_TO_DEVICE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """Identity of a backend: shown by ``pie backends`` and checked at registration."""
+
+    name: str
+    version: str
+    contract_version: str
+    description: str = ""
+    features: frozenset[str] = frozenset()
+    """Features the backend can offer (same names as ``Capabilities.features``)."""
+    devices: tuple[str, ...] = ("cpu",)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What the engine asks of the backend when it loads a model.
+
+    ``kv_pages`` = 0 lets the backend size the pool from ``kv_memory_bytes``.
+    """
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    page_size: int = 16
+    kv_pages: int = 0
+    kv_memory_bytes: int = 1 << 30
+    host_pages: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a loaded backend promises. The core refuses work beyond it with ``Unsupported``."""
+
+    page_size: int
+    num_pages: int
+    num_host_pages: int
+    vocab_size: int
+    max_batch_tokens: int
+    max_batch_requests: int
+    max_sample_rows: int
+    max_mask_bytes: int
+    dtype: str
+    device: str
+    features: frozenset[str] = frozenset()
+    """Subset of ``{"custom_mask", "logit_mask", "probes", "adapters", "zo", "offload",
+    "system_speculation"}``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardBatch:
+    """One flat batch of R requests, N input tokens, S sample rows, Q probe rows.
+
+    Tokens and KV:
+        token_ids[N], positions[N] (feed RoPE only), qo_indptr[R+1]: request r owns input
+        tokens ``qo_indptr[r]:qo_indptr[r+1]`` (at least one each).
+        kv_page_indices[P], kv_page_indptr[R+1]: request r's physical pages in sequence order,
+        including the pages this pass writes. kv_last_page_len[R]: valid slots in r's last page
+        after the writes. r's KV length is ``(pages - 1) * page_size + last_page_len``.
+        kv_write_slots[N]: slot (index into r's page list * page_size + offset) that each input
+        token's K/V is written to before attention.
+
+    Attention:
+        By default a token attends to every slot of its request from 0 up to and including its
+        own write slot. ``mask_indptr[R+1]`` (int64) indexes ``mask_data`` (bool): when
+        ``mask_indptr[r+1] > mask_indptr[r]``, request r carries a custom mask of shape
+        ``(n_r, kv_len_r)`` row-major, true = attend, replacing the default. Sliding-window
+        layers additionally hide keys whose position is ``<= q_pos - window``.
+
+    Sampling (S rows, each an index into the N tokens):
+        sample_rows[S], sampler_kind[S] (int8, :class:`SamplerKind`), temperature[S] (f32),
+        top_k[S], top_p[S] (f32), min_p[S] (f32), draws[S] (tokens drawn; 1 except multinomial),
+        seeds[S] (uint64; 0 = fresh randomness, else reproducible for the same logits).
+        logit_masks: None, or uint8[S, ceil(vocab/8)] (``np.packbits(..., bitorder="little")``
+        of a bool vocab mask, true = allowed). Disallowed tokens get -inf before sampling and
+        probes at that row.
+
+    Probes (Q rows):
+        probe_rows[Q], probe_kind[Q] (int8, :class:`ProbeKind`), probe_temperature[Q] (f32),
+        probe_k[Q]; for LOGPROBS the ids are ``probe_token_ids[probe_token_indptr[q]:...[q+1]]``.
+        probe_masked[Q] (int32): index of the sample row whose logit mask applies, or -1.
+
+    Adapters: adapter_ids[R] (-1 none), zo_seeds[R] (int64, 0 none).
+    """
+
+    token_ids: np.ndarray
+    positions: np.ndarray
+    qo_indptr: np.ndarray
+    kv_page_indices: np.ndarray
+    kv_page_indptr: np.ndarray
+    kv_last_page_len: np.ndarray
+    kv_write_slots: np.ndarray
+    mask_indptr: np.ndarray
+    mask_data: np.ndarray
+    sample_rows: np.ndarray
+    sampler_kind: np.ndarray
+    temperature: np.ndarray
+    top_k: np.ndarray
+    top_p: np.ndarray
+    min_p: np.ndarray
+    draws: np.ndarray
+    seeds: np.ndarray
+    logit_masks: np.ndarray | None
+    probe_rows: np.ndarray
+    probe_kind: np.ndarray
+    probe_temperature: np.ndarray
+    probe_k: np.ndarray
+    probe_token_ids: np.ndarray
+    probe_token_indptr: np.ndarray
+    probe_masked: np.ndarray
+    adapter_ids: np.ndarray
+    zo_seeds: np.ndarray
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.qo_indptr) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutput:
+    """What ``pie_backend_forward`` returns.
+
+    tokens: int32[sum(draws)], the sampled ids of each sample row in row order (row s owns
+        ``draws[s]`` consecutive entries).
+    probes: one value per probe row: float32[vocab] for LOGITS; ``(int32[k], float32[k])`` for
+        DISTRIBUTION (descending probability); float32[len(ids)] for LOGPROBS; float for ENTROPY.
+    """
+
+    tokens: np.ndarray
+    probes: tuple[Any, ...] = ()
+
+
+class BackendSpec:
+    """Hook specifications. A backend implements all of them except the optional ones."""
+
+    @hookspec(firstresult=True)
+    def pie_backend_info(self) -> BackendInfo:  # type: ignore[empty-body]
+        """Identify the backend.
+
+        Returns:
+            Name, package version, and the contract version it was written against.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_load_model(  # type: ignore[empty-body]
+        self, spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], options: BackendOptions
+    ) -> Capabilities:
+        """Load one model's weights and allocate its KV page store.
+
+        Args:
+            spec: Architecture hyper-parameters.
+            weights: ``(canonical name, float32 array)`` pairs (see ``pie_core.models.spec``).
+                Consumed once; the backend converts to its own dtype and layout.
+            options: Device, dtype, page size and memory budget.
+
+        Returns:
+            The capabilities of the loaded backend.
+
+        Raises:
+            ValueError: A weight is missing or misshapen, or an option is not supported.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_capabilities(self) -> Capabilities:  # type: ignore[empty-body]
+        """Capabilities of the loaded model (only valid after ``pie_backend_load_model``)."""
+
+    @hookspec(firstresult=True)
+    def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:  # type: ignore[empty-body]
+        """Run one flat batch: write K/V, attend, then sample and probe the requested rows.
+
+        Args:
+            batch: A batch the core has validated against the capabilities.
+
+        Returns:
+            The sampled tokens and probe values, in row order.
+
+        Raises:
+            Exception: Any failure; the core fails every request of the batch with it.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:
+        """Copy whole KV pages (all layers, K and V, with their slot positions).
+
+        Args:
+            kind: Direction. Device page ids index the device pool; host ids the host pool.
+            src: int32 page ids to read.
+            dst: int32 page ids to write, same length as ``src``.
+        """

@@ -1,0 +1,172 @@
+"""Host interface ``inference``: one forward pass of a context, validated and batched."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence, TypeVar
+
+import numpy as np
+
+from pie_core import brle
+from pie_core.errors import InvalidInput, Unsupported
+from pie_core.hookspec import ProbeKind
+from pie_core.host.context import HostContext
+from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
+
+__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput"]
+
+_Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
+
+
+async def forward(
+    ctx: HostContext,
+    tokens: Sequence[int],
+    positions: Sequence[int] | None = None,
+    attention_masks: Sequence[Sequence[int]] | None = None,
+    logit_mask: Sequence[int] | None = None,
+    samples: Sequence[SampleSpec] = (),
+    probes: Sequence[ProbeSpec] = (),
+) -> RequestOutput:
+    """Append ``tokens`` to the context's KV cache and read samples/probes at their rows.
+
+    Args:
+        ctx: The context; one pass runs on it at a time (later calls wait).
+        tokens: Input token ids, ``0 <= id < vocab_size``.
+        positions: RoPE positions, one per token, ``>= 0`` and distinct; None = continue from
+            ``seq_len``.
+        attention_masks: One BRLE row per input token over the KV length after this pass
+            (true = attend); None = causal.
+        logit_mask: BRLE over the vocabulary applied at every sampled row (true = allowed).
+        samples: Sampled rows (``index`` into ``tokens``).
+        probes: Probed rows.
+
+    Returns:
+        Tokens per sample and values per probe, in the given order.
+
+    Raises:
+        InvalidInput: Any argument out of range; the message names it. Nothing is written.
+        OutOfPages: The pool cannot hold the new tokens. Nothing is written.
+        Unsupported: The backend did not declare a feature the pass needs.
+    """
+    ctx.check_live()
+    model = ctx.model
+    caps = model.caps
+    n = len(tokens)
+    if n == 0:
+        if samples or probes:
+            raise InvalidInput("a pass with samples or probes needs at least one input token")
+        return RequestOutput(tokens=(), probes=())
+    ids = _check_tokens(tokens, model.spec.vocab_size)
+    _check_rows(samples, probes, n)
+    if attention_masks is not None and "custom_mask" not in caps.features:
+        raise Unsupported(f"backend {model.backend!r} does not support custom attention masks")
+    if probes and "probes" not in caps.features:
+        raise Unsupported(f"backend {model.backend!r} does not support probes")
+    if logit_mask is not None and "logit_mask" not in caps.features:
+        raise Unsupported(f"backend {model.backend!r} does not support logit masks")
+    packed = None
+    if logit_mask is not None:
+        packed = brle.pack_bits(brle.decode(logit_mask, model.spec.vocab_size, "logit mask"))
+        samples = [replace(s, logit_mask=packed) for s in samples]
+    if n > caps.max_batch_tokens and attention_masks is not None:
+        raise Unsupported(
+            f"a pass with a custom attention mask may hold at most {caps.max_batch_tokens} tokens; got {n}"
+        )
+    async with ctx.lock:
+        ctx.check_live()
+        base = ctx.kv.length
+        pos = _check_positions(positions, n, base, model.spec.max_position)
+        outputs = []
+        for start in range(0, n, caps.max_batch_tokens):
+            stop = min(n, start + caps.max_batch_tokens)
+            masks = None
+            if attention_masks is not None:
+                masks = _decode_masks(attention_masks, n, base + n)
+            chunk_samples = tuple(_shift(s, start) for s in samples if start <= s.index < stop)
+            chunk_probes = tuple(_shift(p, start) for p in probes if start <= p.index < stop)
+            outputs.append(
+                await _run_chunk(ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes)
+            )
+    return RequestOutput(
+        tokens=tuple(t for o in outputs for t in o.tokens), probes=tuple(p for o in outputs for p in o.probes)
+    )
+
+
+async def _run_chunk(
+    ctx: HostContext,
+    ids: np.ndarray,
+    pos: np.ndarray,
+    masks: np.ndarray | None,
+    samples: tuple[SampleSpec, ...],
+    probes: tuple[ProbeSpec, ...],
+) -> RequestOutput:
+    kv = ctx.kv
+    plan = kv.plan_write(len(ids))
+    request = ForwardRequest(
+        token_ids=ids,
+        positions=pos,
+        page_ids=plan.page_ids,
+        last_page_len=plan.last_page_len,
+        write_slots=plan.write_slots,
+        attention_mask=masks,
+        samples=samples,
+        probes=probes,
+    )
+    try:
+        out = await ctx.model.batcher.submit(request)
+    except BaseException:
+        if not kv.released:  # give back pages reserved for tokens that never landed
+            kv.release_working(len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed))
+        raise
+    kv.advance(ids.tolist(), pos.tolist())
+    return out
+
+
+def _shift(spec: _Spec, start: int) -> _Spec:
+    return replace(spec, index=spec.index - start) if start else spec
+
+
+def _check_tokens(tokens: Sequence[int], vocab: int) -> np.ndarray:
+    try:
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InvalidInput("tokens must be a list of integers") from None
+    bad = np.flatnonzero((ids < 0) | (ids >= vocab))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidInput(f"token ids must be >= 0 and < {vocab}, got {int(ids[i])} at index {i}")
+    return ids.astype(np.int32)
+
+
+def _check_positions(positions: Sequence[int] | None, n: int, base: int, limit: int) -> np.ndarray:
+    if positions is None:
+        pos = np.arange(base, base + n, dtype=np.int64)
+    else:
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if len(pos) != n:
+            raise InvalidInput(f"got {len(pos)} positions for {n} tokens; give one position per token")
+    bad = np.flatnonzero((pos < 0) | (pos >= limit))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidInput(f"positions must be >= 0 and < {limit}, got {int(pos[i])} at index {i}")
+    if positions is not None and len(np.unique(pos)) != n:
+        values, counts = np.unique(pos, return_counts=True)
+        dup = int(values[counts > 1][0])
+        raise InvalidInput(f"positions within one pass must be distinct; {dup} appears more than once")
+    return pos.astype(np.int32)
+
+
+def _check_rows(samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec], n: int) -> None:
+    for what, specs in (("sample", samples), ("probe", probes)):
+        for spec in specs:
+            if not 0 <= spec.index < n:
+                raise InvalidInput(f"{what} index {spec.index} is outside this pass's {n} input tokens")
+    for p in probes:
+        if p.kind == ProbeKind.DISTRIBUTION and p.k < 0:
+            raise InvalidInput(f"Distribution k must be >= 0, got {p.k}")
+
+
+def _decode_masks(masks: Sequence[Sequence[int]], n: int, kv_len: int) -> np.ndarray:
+    if len(masks) != n:
+        raise InvalidInput(f"got {len(masks)} attention mask rows for {n} input tokens; give one per token")
+    return np.stack([brle.decode(row, kv_len, f"attention mask row {i}") for i, row in enumerate(masks)])

@@ -1,0 +1,100 @@
+"""Host interface ``model``: tokenizers and chat formats of loaded models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pie_core.host.binding import current
+from pie_core.runtime.engine import LoadedModel
+
+__all__ = [
+    "resolve",
+    "vocab_size",
+    "tokenize",
+    "detokenize",
+    "token_bytes",
+    "vocabs",
+    "special_tokens",
+    "split_regex",
+    "chat_tokens",
+    "chat_builder",
+    "stop_tokens",
+]
+
+
+def resolve(name: str) -> LoadedModel:
+    """The loaded model called ``name``.
+
+    Raises:
+        NotFound: No such model is loaded (the message lists the loaded ones).
+    """
+    return current().engine.model(name)
+
+
+def vocab_size(name: str) -> int:
+    """Rows of the model's output layer: valid token ids are ``0 <= id < vocab_size``."""
+    return resolve(name).spec.vocab_size
+
+
+def tokenize(name: str, text: str) -> list[int]:
+    """Text to token ids (special tokens written in the text are recognised; no BOS added)."""
+    return resolve(name).tokenizer.encode(text)
+
+
+def detokenize(name: str, tokens: list[int]) -> str:
+    """Token ids to text."""
+    return resolve(name).tokenizer.decode(list(tokens))
+
+
+def token_bytes(name: str, tokens: list[int]) -> list[bytes]:
+    """The raw bytes each token contributes (for UTF-8-safe incremental decoding)."""
+    return resolve(name).tokenizer.token_bytes(list(tokens))
+
+
+def vocabs(name: str) -> tuple[list[int], list[bytes]]:
+    """The full vocabulary as parallel lists of ids and token bytes."""
+    return resolve(name).tokenizer.vocabs()
+
+
+def special_tokens(name: str) -> tuple[list[int], list[bytes]]:
+    """Special token ids and their bytes."""
+    return resolve(name).tokenizer.special_tokens()
+
+
+def split_regex(name: str) -> str:
+    """The pre-tokenisation split regex."""
+    return resolve(name).tokenizer.split_regex()
+
+
+def chat_tokens(name: str, role: str, text: str = "") -> list[int]:
+    """Token ids of one chat piece in the model's format, without conversation state.
+
+    Args:
+        name: Model name.
+        role: ``system``, ``user``, ``assistant`` (take ``text``), ``cue`` or ``seal``.
+        text: The message.
+
+    Raises:
+        InvalidInput: Unknown role.
+    """
+    return _piece(resolve(name).chat, role, text)
+
+
+def chat_builder(name: str) -> Any:
+    """A stateful per-conversation builder (same five methods as :func:`chat_tokens`' roles)."""
+    return resolve(name).chat.builder()
+
+
+def stop_tokens(name: str) -> list[int]:
+    """Token ids that end an assistant turn in the model's chat format."""
+    return list(resolve(name).chat.stop_tokens)
+
+
+def _piece(fmt: Any, role: str, text: str) -> list[int]:
+    from pie_core.errors import InvalidInput
+
+    if role in ("system", "user", "assistant"):
+        return list(getattr(fmt, role)(text))
+    if role in ("cue", "seal"):
+        return list(getattr(fmt, role)())
+    raise InvalidInput(f"unknown chat role {role!r}; use system, user, assistant, cue or seal")

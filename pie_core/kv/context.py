@@ -1,0 +1,122 @@
+"""Core-side state of one context: its pages, how many are committed, and its token lineage."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pie_core.errors import InvalidInput, PieError
+from pie_core.kv.pool import PagePool
+
+__all__ = ["KvContext", "WritePlan"]
+
+
+class WritePlan:
+    """Where a pass of ``n`` tokens goes: the page list the backend sees and the write slots."""
+
+    __slots__ = ("page_ids", "write_slots", "last_page_len")
+
+    def __init__(self, page_ids: np.ndarray, write_slots: np.ndarray, last_page_len: int) -> None:
+        self.page_ids = page_ids
+        self.write_slots = write_slots
+        self.last_page_len = last_page_len
+
+
+class KvContext:
+    """Pages of one context: ``committed`` full immutable pages, then working pages.
+
+    ``length`` tokens are in the KV cache; ``tokens``/``positions`` record what was written to
+    each slot (the lineage, used to rebuild a suspended context and to hash committed pages).
+    Working pages beyond ``length`` may be reserved ahead of use.
+    """
+
+    def __init__(self, pool: PagePool) -> None:
+        self.pool = pool
+        self.pages: list[int] = []
+        self.committed = 0
+        self.length = 0
+        self.tokens: list[int] = []
+        self.positions: list[int] = []
+        self.released = False
+
+    @property
+    def page_size(self) -> int:
+        return self.pool.page_size
+
+    @property
+    def working_pages(self) -> int:
+        return len(self.pages) - self.committed
+
+    @property
+    def working_tokens(self) -> int:
+        """Tokens held in working pages (the part ``truncate`` may drop)."""
+        return self.length - self.committed * self.page_size
+
+    def _pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    def reserve(self, n_pages: int) -> None:
+        """Add ``n_pages`` working pages (raises OutOfPages, taking none, if the pool is short)."""
+        self._check_live()
+        if n_pages < 0:
+            raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
+        self.pages.extend(self.pool.alloc(n_pages))
+
+    def plan_write(self, n: int) -> WritePlan:
+        """Reserve what ``n`` more tokens need and say where they go (slots length..length+n-1)."""
+        self._check_live()
+        total = self.length + n
+        need = self._pages_for(total) - len(self.pages)
+        if need > 0:
+            self.reserve(need)
+        used = self._pages_for(total)
+        return WritePlan(
+            page_ids=np.asarray(self.pages[:used], dtype=np.int32),
+            write_slots=np.arange(self.length, total, dtype=np.int32),
+            last_page_len=total - (used - 1) * self.page_size,
+        )
+
+    def advance(self, tokens: list[int], positions: list[int]) -> None:
+        """Record a completed pass and commit every page it filled."""
+        self.tokens.extend(tokens)
+        self.positions.extend(positions)
+        self.length += len(tokens)
+        self.committed = self.length // self.page_size
+
+    def commit(self, k: int) -> None:
+        """Promote ``k`` full working pages to committed."""
+        full = self.length // self.page_size - self.committed
+        if not 0 <= k <= full:
+            raise InvalidInput(f"can commit at most {full} full working pages, asked for {k}")
+        self.committed += k
+
+    def truncate(self, n: int) -> None:
+        """Drop the last ``n`` working tokens and free working pages left empty."""
+        self._check_live()
+        if not 0 <= n <= self.working_tokens:
+            raise InvalidInput(
+                f"truncate({n}) exceeds the {self.working_tokens} tokens in working pages; "
+                "committed pages cannot be truncated"
+            )
+        self.length -= n
+        del self.tokens[self.length :], self.positions[self.length :]
+        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
+
+    def release_working(self, n: int) -> None:
+        """Free the last ``n`` working pages that hold no tokens."""
+        empty = len(self.pages) - max(self._pages_for(self.length), self.committed)
+        if not 0 <= n <= empty:
+            raise InvalidInput(f"only {empty} working pages are empty; cannot release {n}")
+        if n:
+            self.pool.release(self.pages[-n:])
+            del self.pages[-n:]
+
+    def release(self) -> None:
+        """Return every page to the pool. Idempotent."""
+        if not self.released:
+            self.pool.release(self.pages)
+            self.pages = []
+            self.released = True
+
+    def _check_live(self) -> None:
+        if self.released:
+            raise PieError("this context was released; create a new one")

@@ -1,0 +1,198 @@
+"""On-disk cache of dequantised float32 weights, loaded back as read-only memory maps.
+
+Dequantising a GGUF costs seconds; reading it back from ``.npy`` files through ``mmap`` costs
+milliseconds (the pages come from the OS page cache on first touch). An entry lives in
+``<cache>/weights/<key>/``: one ``.npy`` per tensor plus ``manifest.json`` listing
+``(name, file)`` in order. Entries are written to a temporary folder and renamed into place once complete, so a
+crash or an abandoned iteration never leaves a half entry that looks whole.
+
+The key is a content id when the caller has one (the default model's sha256), else the
+source's resolved path, size and modification time: editing or replacing the file
+invalidates the entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import queue
+import shutil
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["cache_dir", "WeightsCache", "source_key", "Allocator"]
+
+Allocator = Callable[[str, tuple[int, ...]], np.ndarray]
+
+_FORMAT = 2  # bump when the canonical weight conventions or the layout change
+_STOP = object()
+
+
+def cache_dir() -> Path:
+    """The user's cache folder: ``$PIE_CACHE_DIR``, else ``~/.cache/pie``."""
+    env = os.environ.get("PIE_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "pie"
+
+
+def source_key(source: str | Path, content_id: str | None = None) -> str:
+    """Cache key of a checkpoint.
+
+    Args:
+        source: The checkpoint file or folder.
+        content_id: A digest of the content when known (e.g. a verified sha256); the key then
+            survives moves and copies of the file.
+
+    Returns:
+        A 32-hex-digit key.
+    """
+    if content_id is not None:
+        ident = f"content:{content_id}"
+    else:
+        path = Path(source).resolve()
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        ident = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    return hashlib.sha256(f"v{_FORMAT}|{ident}".encode()).hexdigest()[:32]
+
+
+class WeightsCache:
+    """Cache of canonical float32 weights under one root folder."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        """Use ``root`` (default :func:`cache_dir`) ``/weights``."""
+        self.root = (Path(root) if root is not None else cache_dir()) / "weights"
+
+    def entry(self, key: str) -> Path:
+        """Folder of the entry for ``key`` (it may not exist)."""
+        return self.root / key
+
+    def has(self, key: str) -> bool:
+        """Whether a complete entry exists for ``key``."""
+        return (self.entry(key) / "manifest.json").is_file()
+
+    def load(self, key: str) -> Iterator[tuple[str, np.ndarray]]:
+        """Yield the cached weights of ``key`` as read-only memory-mapped float32 arrays.
+
+        Raises:
+            FileNotFoundError: No complete entry for ``key``.
+        """
+        folder = self.entry(key)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        for name, file in manifest["entries"]:
+            yield name, np.load(folder / file, mmap_mode="r")
+
+    def weights(
+        self,
+        key: str,
+        produce: Callable[[Allocator], Iterator[tuple[str, np.ndarray]]],
+        info: dict[str, Any] | None = None,
+    ) -> Iterator[tuple[str, np.ndarray]]:
+        """Yield weights from the cache, or from ``produce(allocate)`` while storing them.
+
+        On a miss, ``produce`` is handed an allocator whose arrays are memory maps of the
+        entry's own ``.npy`` files: a producer that dequantises into them writes every byte
+        once, straight into the cache. Arrays the producer made some other way are written
+        by a background thread. The entry is committed after the last weight; if the caller
+        stops early the partial entry is discarded; if writing fails (disk full) a
+        ``RuntimeWarning`` is issued and the weights are still all yielded.
+
+        Args:
+            key: From :func:`source_key`.
+            produce: Makes a fresh iterator over the weights (called only on a miss).
+            info: Extra JSON-serialisable facts stored in the manifest (source path, spec).
+
+        Yields:
+            ``(name, float32 array)``; arrays are read-only (memory maps of the entry).
+        """
+        if self.has(key):
+            yield from self.load(key)
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        writer = _Writer(tmp)
+        mapped: dict[str, tuple[str, np.ndarray]] = {}
+        count = itertools.count()
+
+        def allocate(name: str, shape: tuple[int, ...]) -> np.ndarray:
+            file = f"{next(count):04d}.npy"
+            array = np.lib.format.open_memmap(tmp / file, mode="w+", dtype=np.float32, shape=shape)
+            mapped[name] = (file, array)
+            return array
+
+        entries: list[tuple[str, str]] = []
+        committed = False
+        try:
+            for name, array in produce(allocate):
+                slot = mapped.pop(name, None)
+                if slot is not None and np.may_share_memory(array, slot[1]):
+                    file = slot[0]
+                else:
+                    file = f"w{len(entries):04d}.npy"
+                    writer.put(file, array)
+                entries.append((name, file))
+                array.flags.writeable = False
+                yield name, array
+            if not writer.close():
+                warnings.warn(f"weights cache not written to {tmp}: {writer.error}", RuntimeWarning, stacklevel=2)
+                return
+            manifest = {"format": _FORMAT, "entries": entries, "info": info or {}}
+            (tmp / "manifest.json").write_text(json.dumps(manifest))
+            try:
+                tmp.rename(self.entry(key))
+                committed = True
+            except OSError:  # another process committed the same entry first
+                pass
+        finally:
+            writer.close()
+            if not committed:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def clear(self) -> int:
+        """Delete every entry; returns the bytes freed."""
+        freed = 0
+        if self.root.is_dir():
+            for p in self.root.rglob("*"):
+                if p.is_file():
+                    freed += p.stat().st_size
+            shutil.rmtree(self.root)
+        return freed
+
+
+class _Writer:
+    """Writes ``.npy`` files on a background thread (file I/O releases the GIL)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=64)
+        self._thread = threading.Thread(target=self._run, name="pie-weights-cache", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not _STOP:
+            if self.error is None:
+                file, array = item
+                try:
+                    np.save(self.folder / file, array, allow_pickle=False)
+                except BaseException as e:  # reported by close()
+                    self.error = e
+
+    def put(self, file: str, array: np.ndarray) -> None:
+        self._queue.put((file, array))
+
+    def close(self) -> bool:
+        """Wait for pending writes; returns whether all of them succeeded (see ``error``)."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_STOP)
+            self._thread.join()
+        return self.error is None

@@ -1,0 +1,118 @@
+"""The engine: a backend bound per loaded model, with its page pool and batcher."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pluggy
+
+from pie_core import __version__
+from pie_core.errors import NotFound
+from pie_core.hookspec import BackendOptions, Capabilities
+from pie_core.kv.pool import PagePool
+from pie_core.plugins import available_backends, bind_backend
+from pie_core.scheduler.batcher import Batcher
+
+__all__ = ["Engine", "LoadedModel", "default_backend_name"]
+
+Progress = Callable[[int, int], None]
+
+
+def default_backend_name() -> str:
+    """``torch`` where installed, else ``cpu``, else whatever is there."""
+    names = available_backends()
+    for preferred in ("torch", "cpu"):
+        if preferred in names:
+            return preferred
+    return next(iter(sorted(names)), "dummy")
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """One model served by one backend instance."""
+
+    name: str
+    source: Any  # pie_core.models.registry.ModelSource
+    backend: str
+    pm: pluggy.PluginManager
+    caps: Capabilities
+    pool: PagePool
+    batcher: Batcher
+
+    @property
+    def spec(self) -> Any:
+        return self.source.spec
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.source.tokenizer
+
+    @property
+    def chat(self) -> Any:
+        return self.source.chat
+
+
+class Engine:
+    """Loads models onto a backend and owns what inferlets share: pools, batchers, ids."""
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        *,
+        options: BackendOptions | None = None,
+        policy: str = "adaptive",
+        config: Any = None,
+    ) -> None:
+        self.backend = backend or default_backend_name()
+        self.options = options or BackendOptions()
+        self.policy = policy
+        self.config = config
+        self.instance_id = uuid.uuid4().hex[:12]
+        self.version = __version__
+        self.models: dict[str, LoadedModel] = {}
+        if self.backend not in available_backends():
+            bind_backend(self.backend)  # raises NotFound listing the installed backends
+
+    def load(self, name: str | None = None, progress: Progress | None = None) -> LoadedModel:
+        """Resolve a model by name (None = the default), load it on the backend, return it."""
+        from pie_core.models.registry import resolve_model
+
+        source = resolve_model(name, self.config)
+        if source.name in self.models:
+            return self.models[source.name]
+        pm = bind_backend(self.backend)
+        caps: Capabilities = pm.hook.pie_backend_load_model(
+            spec=source.spec, weights=source.weights(progress=progress), options=self.options
+        )
+        model = LoadedModel(
+            name=source.name,
+            source=source,
+            backend=self.backend,
+            pm=pm,
+            caps=caps,
+            pool=PagePool(caps.num_pages, caps.page_size),
+            batcher=Batcher(lambda batch: pm.hook.pie_backend_forward(batch=batch), caps, self.policy),
+        )
+        self.models[source.name] = model
+        return model
+
+    def model(self, name: str) -> LoadedModel:
+        """A loaded model by name.
+
+        Raises:
+            NotFound: The name is not loaded (the message lists the loaded names).
+        """
+        try:
+            return self.models[name]
+        except KeyError:
+            raise NotFound(f"model {name!r} is not loaded; loaded models: {', '.join(self.models) or 'none'}") from None
+
+    def pools_whole(self) -> bool:
+        """True when every page of every model is back in its pool."""
+        return all(m.pool.is_whole() for m in self.models.values())
+
+    async def close(self) -> None:
+        for model in self.models.values():
+            await model.batcher.close()

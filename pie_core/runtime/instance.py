@@ -1,0 +1,111 @@
+"""Running one inferlet in-process: load its module, bind the host, await ``main(input)``."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Awaitable, Callable
+
+from pie_core.errors import InvalidInput
+from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.runtime.engine import Engine
+from pie_core.runtime.events import Event
+from pie_core.runtime.manifest import Manifest
+
+__all__ = ["load_entry", "run_inferlet", "run_main"]
+
+
+def load_entry(manifest: Manifest) -> Callable[[dict[str, Any]], Any]:
+    """Import the inferlet's entry module under a private name and return its ``main``.
+
+    Raises:
+        InvalidInput: The module has no ``async def main(input)``.
+    """
+    path = manifest.entry_path
+    mod_name = f"_pie_inferlet_{manifest.name.replace('-', '_')}_{abs(hash(path))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise InvalidInput(f"cannot import {path}")
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(Path(path).parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(Path(path).parent))
+    main = getattr(module, "main", None)
+    if main is None or not inspect.iscoroutinefunction(main):
+        raise InvalidInput(f"{path} must define 'async def main(input)'")
+    return main
+
+
+async def run_inferlet(
+    engine: Engine,
+    manifest: Manifest,
+    args: dict[str, Any],
+    emit: Callable[[Event], None],
+    *,
+    username: str = "local",
+) -> Event:
+    """Validate ``args`` against the manifest, then run the inferlet's ``main``.
+
+    Returns:
+        The terminal event (also emitted): ``return`` or ``error``.
+    """
+    try:
+        payload = manifest.validate_input(args)
+        main = load_entry(manifest)
+    except Exception as exc:
+        final = Event("error", _describe(exc))
+        emit(final)
+        return final
+    return await run_main(engine, main, payload, emit, username=username)
+
+
+async def run_main(
+    engine: Engine,
+    main: Callable[[dict[str, Any]], Awaitable[Any]],
+    payload: dict[str, Any],
+    emit: Callable[[Event], None],
+    *,
+    username: str = "local",
+) -> Event:
+    """Run ``await main(payload)`` as an inferlet instance and emit its events.
+
+    Every page and resource the instance held is released before this returns, whether
+    ``main`` returned, raised, or was cancelled (cancellation emits an error, then re-raises).
+
+    Returns:
+        The terminal event (also emitted).
+    """
+    inst = HostInstance(engine=engine, emit=emit, username=username)
+    token = bind(inst)
+    try:
+        try:
+            final = Event("return", _jsonable(await main(payload)))
+        except asyncio.CancelledError:
+            emit(Event("error", "cancelled"))
+            raise
+        except Exception as exc:  # the inferlet failed: its message becomes the Error event
+            final = Event("error", _describe(exc))
+        emit(final)
+        return final
+    finally:
+        inst.release_all()
+        unbind(token)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,168 @@
+"""The per-model batcher: merges all queued forward requests into one backend call at a time.
+
+One batch is in flight per backend; the backend runs in its own worker thread so the event loop
+keeps serving inferlets (and queueing the next batch) meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from pie_core.errors import BackendError
+from pie_core.hookspec import BatchOutput, Capabilities, ForwardBatch
+from pie_core.scheduler.assemble import assemble, split_output
+from pie_core.scheduler.request import ForwardRequest, RequestOutput
+
+__all__ = ["Batcher", "BatchStats"]
+
+
+class BatchStats:
+    """Counters a test or ``/metrics`` reads: batches fired and their sizes."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.requests = 0
+        self.tokens = 0
+        self.sizes: Counter[int] = Counter()
+        self.backend_seconds = 0.0
+
+    @property
+    def max_requests(self) -> int:
+        return max(self.sizes, default=0)
+
+
+class Batcher:
+    """Queue of ForwardRequests for one model, fired as batches.
+
+    Policy ``adaptive`` fires when the queue holds as many requests as the last batch did, when
+    a limit would be exceeded, or when the oldest request has waited as long as the last batch
+    took. ``greedy`` fires whatever is queued at once (for debugging).
+    """
+
+    def __init__(
+        self,
+        forward: Callable[[ForwardBatch], BatchOutput],
+        caps: Capabilities,
+        policy: str = "adaptive",
+    ) -> None:
+        if policy not in ("adaptive", "greedy"):
+            raise ValueError(f"unknown batching policy {policy!r}; use 'adaptive' or 'greedy'")
+        self._forward = forward
+        self._caps = caps
+        self._policy = policy
+        self._queue: list[ForwardRequest] = []
+        self._wakeup = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pie-backend")
+        self._task: asyncio.Task[None] | None = None
+        self._last_size = 1
+        self._last_duration = 0.0
+        self.stats = BatchStats()
+
+    async def submit(self, request: ForwardRequest) -> RequestOutput:
+        """Queue one request and wait for its share of the batch output."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)
+            self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
+            self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name="pie-batcher")
+        request.future = loop.create_future()
+        self._queue.append(request)
+        self._wakeup.set()
+        return await request.future
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    async def close(self) -> None:
+        """Stop the loop, fail what is queued, and stop the worker thread."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for req in self._queue:
+            if req.future is not None and not req.future.done():
+                req.future.set_exception(BackendError("the engine shut down before this pass ran"))
+        self._queue.clear()
+        self._executor.shutdown(wait=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            await self._gather()
+            taken = self._take()
+            if not taken:
+                continue
+            batch = assemble(taken, self._caps.vocab_size)
+            started = time.perf_counter()
+            try:
+                output = await loop.run_in_executor(self._executor, self._forward, batch)
+                results = split_output(taken, batch, output)
+            except Exception as exc:  # the backend failed: every request of the batch fails
+                err = exc if isinstance(exc, BackendError) else BackendError(f"backend failed: {exc!r}")
+                for req in taken:
+                    if req.future is not None and not req.future.done():
+                        req.future.set_exception(err)
+                continue
+            finally:
+                self._last_duration = time.perf_counter() - started
+                self.stats.backend_seconds += self._last_duration
+            self._last_size = len(taken)
+            self.stats.batches += 1
+            self.stats.requests += len(taken)
+            self.stats.tokens += batch.num_tokens
+            self.stats.sizes[len(taken)] += 1
+            for req, res in zip(taken, results):
+                if req.future is not None and not req.future.done():
+                    req.future.set_result(res)
+
+    async def _gather(self) -> None:
+        """Adaptive firing: wait briefly for the queue to reach the last batch's size."""
+        if self._policy == "greedy":
+            return
+        deadline = time.perf_counter() + self._last_duration
+        while len(self._queue) < self._last_size and not self._at_limit():
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                return
+
+    def _at_limit(self) -> bool:
+        caps = self._caps
+        return (
+            len(self._queue) >= caps.max_batch_requests
+            or sum(r.num_tokens for r in self._queue) >= caps.max_batch_tokens
+        )
+
+    def _take(self) -> list[ForwardRequest]:
+        """Pop the longest queue prefix within the capability limits (always at least one)."""
+        caps = self._caps
+        tokens = rows = 0
+        count = 0
+        for req in self._queue:
+            tokens += req.num_tokens
+            rows += len(req.samples) + len(req.probes)
+            if count and (
+                count + 1 > caps.max_batch_requests
+                or tokens > caps.max_batch_tokens
+                or rows > caps.max_sample_rows
+            ):
+                break
+            count += 1
+        taken, self._queue = self._queue[:count], self._queue[count:]
+        return [r for r in taken if r.future is None or not r.future.cancelled()]

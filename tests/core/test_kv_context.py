@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+
+from pie_core.errors import InvalidInput, OutOfPages, PieError
+from pie_core.kv.context import KvContext
+from pie_core.kv.pool import PagePool
+
+
+def _write(ctx: KvContext, n: int):
+    plan = ctx.plan_write(n)
+    ctx.advance(list(range(n)), list(range(ctx.length, ctx.length + n)))
+    return plan
+
+
+def test_plan_write_reserves_pages_and_names_next_slots():
+    pool = PagePool(8, 4)
+    ctx = KvContext(pool)
+    plan = _write(ctx, 6)
+    assert len(plan.page_ids) == 2 and plan.last_page_len == 2
+    assert plan.write_slots.tolist() == list(range(6))
+    plan = ctx.plan_write(3)
+    assert plan.write_slots.tolist() == [6, 7, 8] and len(plan.page_ids) == 3 and plan.last_page_len == 1
+    ctx.release()
+    assert pool.is_whole()
+
+
+def test_full_pages_commit_and_truncate_stops_at_committed():
+    pool = PagePool(8, 4)
+    ctx = KvContext(pool)
+    _write(ctx, 10)
+    assert ctx.committed == 2 and ctx.working_tokens == 2
+    with pytest.raises(InvalidInput, match="committed pages cannot be truncated"):
+        ctx.truncate(3)
+    ctx.truncate(2)
+    assert ctx.length == 8 and len(ctx.pages) == 2 and pool.used_count == 2
+    ctx.release()
+    assert pool.is_whole()
+
+
+def test_out_of_pages_leaves_context_unchanged():
+    pool = PagePool(2, 4)
+    ctx = KvContext(pool)
+    _write(ctx, 5)
+    with pytest.raises(OutOfPages):
+        ctx.plan_write(8)
+    assert len(ctx.pages) == 2 and ctx.length == 5
+    ctx.release()
+    assert pool.is_whole()
+
+
+def test_released_context_refuses_work():
+    pool = PagePool(2, 4)
+    ctx = KvContext(pool)
+    ctx.release()
+    ctx.release()  # idempotent
+    with pytest.raises(PieError, match="released"):
+        ctx.plan_write(1)
+    assert pool.is_whole()
+
+
+def test_reserve_and_release_working_pages():
+    pool = PagePool(8, 4)
+    ctx = KvContext(pool)
+    ctx.reserve(3)
+    assert ctx.working_pages == 3
+    _write(ctx, 5)
+    assert len(ctx.pages) == 3  # reused the reserved pages
+    with pytest.raises(InvalidInput, match="only 1 working pages are empty"):
+        ctx.release_working(2)
+    ctx.release_working(1)
+    assert np.array_equal(ctx.plan_write(0).page_ids, ctx.pages[:2])
+    ctx.release()
+    assert pool.is_whole()
