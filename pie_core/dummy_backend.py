@@ -68,6 +68,9 @@ def dummy_logits(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray
     return out
 
 
+_FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "offload"})
+
+
 class DummyBackend:
     """Shape-correct backend with no model. One instance serves one (pretend) model."""
 
@@ -86,6 +89,7 @@ class DummyBackend:
             version="0.1.0",
             contract_version=CONTRACT_VERSION,
             description="no model: deterministic pseudo-random logits, real samplers and probes",
+            features=_FEATURES,
         )
 
     @hookimpl
@@ -111,7 +115,7 @@ class DummyBackend:
             max_mask_bytes=1 << 30,
             dtype="float32",
             device="cpu",
-            features=frozenset({"custom_mask", "logit_mask", "probes", "offload"}),
+            features=_FEATURES,
         )
         return self._caps
 

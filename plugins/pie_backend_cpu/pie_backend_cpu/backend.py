@@ -80,6 +80,7 @@ class CpuBackend:
             version=_package_version(),
             contract_version=CONTRACT_VERSION,
             description="NumPy float32 reference backend (portable, single process)",
+            features=FEATURES,
         )
 
     @hookimpl
