@@ -33,7 +33,7 @@ class Parameter:
             raise InvalidInput(f"parameter {self.name!r} must be {self.type}, got a bool")
         if not isinstance(raw, want):
             raise InvalidInput(f"parameter {self.name!r} must be {self.type}, got {type(raw).__name__} {raw!r}")
-        return float(raw) if self.type == "float" else raw
+        return float(raw) if self.type == "float" and isinstance(raw, (int, float)) else raw
 
     def _from_text(self, text: str) -> Any:
         try:

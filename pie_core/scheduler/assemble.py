@@ -19,7 +19,7 @@ _I32 = np.int32
 
 
 def _indptr(counts: Sequence[int], dtype: type = _I32) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=dtype)
+    out: np.ndarray = np.zeros(len(counts) + 1, dtype=dtype)
     np.cumsum(counts, out=out[1:])
     return out
 
