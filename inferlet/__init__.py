@@ -1,7 +1,7 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
 from inferlet import chat, runtime, session
-from inferlet.context import Context
+from inferlet.context import Context, RawContext
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.generator import GenStep, Generator
 from inferlet.model import Model, Tokenizer
@@ -15,6 +15,7 @@ __all__ = [
     "runtime",
     "session",
     "Context",
+    "RawContext",
     "Forward",
     "ForwardPass",
     "Output",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, Iterable
 
 from pie_core.host import context as _host
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from inferlet.generator import Generator
     from inferlet.sampler import Sampler
 
-__all__ = ["Context"]
+__all__ = ["Context", "RawContext"]
 
 
 class Context:
@@ -24,13 +25,61 @@ class Context:
     released by :meth:`release`, by leaving a ``with`` block, or when the inferlet ends.
     """
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, name: str | None = None) -> None:
         if not isinstance(model, Model):
             raise TypeError(f"Context(model) needs a Model (from Model.load), got {type(model).__name__}")
         self._model = model
         self._ctx = _host.create(model.name)
         self._buffer: list[int] = []
         self._chat = _model.chat_builder(model.name)
+        self.name = name
+
+    @classmethod
+    def _wrap(cls, model: Model, handle: _host.HostContext, state: Any, name: str | None) -> Context:
+        self = cls.__new__(cls)
+        self._model, self._ctx, self.name = model, handle, name
+        if state is None:
+            self._buffer, self._chat = [], _model.chat_builder(model.name)
+        else:  # a shallow copy: builders hold a few flags beside their (shared) format
+            self._buffer, self._chat = list(state[0]), copy.copy(state[1])
+        return self
+
+    def _state(self) -> tuple[list[int], Any]:
+        return list(self._buffer), copy.copy(self._chat)
+
+    # -- snapshots and forks ---------------------------------------------------------------
+    @staticmethod
+    def open(model: Model, name: str) -> Context | None:
+        """A new context cloned from the snapshot ``name``; None if there is none."""
+        found = _host.open_snapshot(model.name, name)
+        return None if found is None else Context._wrap(model, found[0], found[1], name)
+
+    @staticmethod
+    def take(model: Model, name: str) -> Context | None:
+        """Take ownership of the snapshot ``name`` (it is removed); None if there is none."""
+        found = _host.take_snapshot(model.name, name)
+        return None if found is None else Context._wrap(model, found[0], found[1], name)
+
+    @staticmethod
+    def delete(model: Model, name: str) -> None:
+        """Drop the snapshot ``name``."""
+        _host.delete_snapshot(model.name, name)
+
+    def fork(self, name: str | None = None) -> Context:
+        """A copy-on-write clone: shares committed pages, copies the partial page and buffer."""
+        return Context._wrap(self._model, _host.fork(self._handle()), self._state(), name)
+
+    def save(self, name: str) -> None:
+        """Snapshot this context (KV and buffer) under ``name``; it outlives the inferlet."""
+        _host.save(self._handle(), name, self._state())
+
+    def snapshot(self) -> str:
+        """Snapshot under a runtime-generated name and return the name."""
+        return _host.snapshot(self._handle(), self._state())
+
+    def inner(self) -> RawContext:
+        """Raw page operations (the Rust SDK's ``ctx.inner()``)."""
+        return RawContext(self._handle())
 
     # -- inspection ------------------------------------------------------------------------
     @property
@@ -147,3 +196,38 @@ class Context:
     def _take_buffer(self) -> list[int]:
         tokens, self._buffer = self._buffer, []
         return tokens
+
+
+class RawContext:
+    """Page-level operations on a context, for custom loops, sliding windows and rollback."""
+
+    def __init__(self, handle: _host.HostContext) -> None:
+        self._h = handle
+
+    def reserve_working_pages(self, n: int) -> None:
+        """Pre-allocate ``n`` working pages."""
+        _host.reserve_working_pages(self._h, n)
+
+    def commit_working_pages(self, k: int) -> None:
+        """Promote ``k`` full working pages to committed."""
+        _host.commit_working_pages(self._h, k)
+
+    def release_working_pages(self, n: int) -> None:
+        """Free ``n`` empty working pages."""
+        _host.release_working_pages(self._h, n)
+
+    def truncate_working_page_tokens(self, n: int) -> None:
+        """Drop the last ``n`` tokens (rollback)."""
+        _host.truncate(self._h, n)
+
+    def committed_page_count(self) -> int:
+        """Number of committed pages."""
+        return _host.committed_page_count(self._h)
+
+    def working_page_count(self) -> int:
+        """Number of working pages."""
+        return _host.working_page_count(self._h)
+
+    def working_page_token_count(self) -> int:
+        """Tokens in the working pages."""
+        return _host.working_page_token_count(self._h)

@@ -3,23 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from typing import Any
 
-from pie_core.errors import PieError
+from pie_core.errors import InvalidInput, PieError
+from pie_core.hookspec import CopyKind
 from pie_core.host.binding import HostInstance, current
 from pie_core.host.model import resolve
 from pie_core.kv.context import KvContext
+from pie_core.kv.snapshots import Snapshot
 from pie_core.runtime.engine import LoadedModel
 
-__all__ = ["HostContext", "create", "release", "seq_len", "page_size", "truncate"]
+__all__ = [
+    "HostContext",
+    "create",
+    "release",
+    "seq_len",
+    "page_size",
+    "truncate",
+    "fork",
+    "save",
+    "snapshot",
+    "open_snapshot",
+    "take_snapshot",
+    "delete_snapshot",
+    "reserve_working_pages",
+    "commit_working_pages",
+    "release_working_pages",
+    "committed_page_count",
+    "working_page_count",
+    "working_page_token_count",
+]
 
 
 class HostContext:
     """A context resource: a model, its KV pages, and a lock that keeps one pass in flight."""
 
-    def __init__(self, model: LoadedModel, owner: HostInstance) -> None:
+    def __init__(self, model: LoadedModel, owner: HostInstance, kv: KvContext | None = None) -> None:
         self.model = model
         self.owner = owner
-        self.kv = KvContext(model.pool)
+        self.kv = kv if kv is not None else KvContext(model.pool)
         self.lock = asyncio.Lock()
         owner.resources.add(self)
 
@@ -65,3 +88,100 @@ def truncate(ctx: HostContext, n: int) -> None:
     """
     ctx.check_live()
     ctx.kv.truncate(n)
+
+
+def _fork_kv(ctx: HostContext) -> KvContext:
+    kv, src, dst = ctx.kv.fork()
+    ctx.model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
+    return kv
+
+
+def fork(ctx: HostContext) -> HostContext:
+    """A copy-on-write clone owned by the caller: committed pages are shared, the partly
+    filled working page is copied on the device before the next batch.
+
+    Raises:
+        OutOfPages: No free page for the working copy.
+    """
+    ctx.check_live()
+    return HostContext(ctx.model, current(), _fork_kv(ctx))
+
+
+def save(ctx: HostContext, name: str, sdk_state: Any = None) -> None:
+    """Snapshot the context under ``name`` for the calling user (replacing an older one).
+
+    ``sdk_state`` is kept beside the pages and handed back by :func:`open_snapshot`.
+    """
+    ctx.check_live()
+    if not name:
+        raise InvalidInput("a snapshot name must be a non-empty string")
+    store = current().engine.snapshots
+    store.put(ctx.model.name, current().username, name, Snapshot(_fork_kv(ctx), sdk_state))
+
+
+def snapshot(ctx: HostContext, sdk_state: Any = None) -> str:
+    """Snapshot under a generated name and return the name."""
+    name = f"snap-{uuid.uuid4().hex[:12]}"
+    save(ctx, name, sdk_state)
+    return name
+
+
+def open_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
+    """A new context cloned from the caller's snapshot ``name``, or None if it is absent."""
+    loaded = resolve(model)
+    snap = current().engine.snapshots.get(loaded.name, current().username, name)
+    if snap is None:
+        return None
+    kv, src, dst = snap.kv.fork()
+    loaded.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
+    return HostContext(loaded, current(), kv), snap.sdk_state
+
+
+def take_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
+    """Remove the snapshot ``name`` and return it as a context (no copy), or None."""
+    loaded = resolve(model)
+    snap = current().engine.snapshots.pop(loaded.name, current().username, name)
+    if snap is None:
+        return None
+    return HostContext(loaded, current(), snap.kv), snap.sdk_state
+
+
+def delete_snapshot(model: str, name: str) -> None:
+    """Drop the snapshot ``name`` (no error if it is absent)."""
+    loaded = resolve(model)
+    snap = current().engine.snapshots.pop(loaded.name, current().username, name)
+    if snap is not None:
+        snap.kv.release()
+
+
+def reserve_working_pages(ctx: HostContext, n: int) -> None:
+    """Pre-allocate ``n`` working pages (raises OutOfPages, taking none, if short)."""
+    ctx.check_live()
+    ctx.kv.reserve(n)
+
+
+def commit_working_pages(ctx: HostContext, k: int) -> None:
+    """Promote ``k`` full working pages to committed."""
+    ctx.check_live()
+    ctx.kv.commit(k)
+
+
+def release_working_pages(ctx: HostContext, n: int) -> None:
+    """Free ``n`` empty working pages from the end."""
+    ctx.check_live()
+    ctx.kv.release_working(n)
+
+
+def committed_page_count(ctx: HostContext) -> int:
+    """Committed (full, immutable, shareable) pages."""
+    return ctx.kv.committed
+
+
+def working_page_count(ctx: HostContext) -> int:
+    """Working pages, including reserved empty ones."""
+    return ctx.kv.working_pages
+
+
+def working_page_token_count(ctx: HostContext) -> int:
+    """Tokens held in working pages."""
+    return ctx.kv.working_tokens

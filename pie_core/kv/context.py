@@ -110,6 +110,31 @@ class KvContext:
             self.pool.release(self.pages[-n:])
             del self.pages[-n:]
 
+    def fork(self) -> tuple[KvContext, list[int], list[int]]:
+        """A copy-on-write clone: committed pages are shared (refcount), working pages holding
+        tokens get fresh pages.
+
+        Returns:
+            The clone, and the (source, destination) working pages whose contents the caller
+            must copy on the device.
+
+        Raises:
+            OutOfPages: Not enough free pages for the working copy; nothing changes.
+        """
+        self._check_live()
+        used = self._pages_for(self.length)
+        src = self.pages[self.committed : used]
+        dst = self.pool.alloc(len(src))
+        shared = self.pages[: self.committed]
+        self.pool.retain(shared)
+        child = KvContext(self.pool)
+        child.pages = shared + dst
+        child.committed = self.committed
+        child.length = self.length
+        child.tokens = list(self.tokens)
+        child.positions = list(self.positions)
+        return child, src, dst
+
     def release(self) -> None:
         """Return every page to the pool. Idempotent."""
         if not self.released:

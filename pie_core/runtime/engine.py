@@ -12,6 +12,7 @@ from pie_core import __version__
 from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.pool import PagePool
+from pie_core.kv.snapshots import SnapshotStore
 from pie_core.plugins import available_backends, bind_backend
 from pie_core.scheduler.batcher import Batcher
 
@@ -72,6 +73,7 @@ class Engine:
         self.instance_id = uuid.uuid4().hex[:12]
         self.version = __version__
         self.models: dict[str, LoadedModel] = {}
+        self.snapshots = SnapshotStore()
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
@@ -93,7 +95,12 @@ class Engine:
             pm=pm,
             caps=caps,
             pool=PagePool(caps.num_pages, caps.page_size),
-            batcher=Batcher(lambda batch: pm.hook.pie_backend_forward(batch=batch), caps, self.policy),
+            batcher=Batcher(
+                lambda batch: pm.hook.pie_backend_forward(batch=batch),
+                caps,
+                self.policy,
+                copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
+            ),
         )
         self.models[source.name] = model
         return model
@@ -110,7 +117,7 @@ class Engine:
             raise NotFound(f"model {name!r} is not loaded; loaded models: {', '.join(self.models) or 'none'}") from None
 
     def pools_whole(self) -> bool:
-        """True when every page of every model is back in its pool."""
+        """True when every page of every model is back in its pool (snapshots hold pages)."""
         return all(m.pool.is_whole() for m in self.models.values())
 
     async def close(self) -> None:

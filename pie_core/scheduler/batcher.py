@@ -13,7 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from pie_core.errors import BackendError
-from pie_core.hookspec import BatchOutput, Capabilities, ForwardBatch
+import numpy as np
+
+from pie_core.hookspec import BatchOutput, Capabilities, CopyKind, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
 from pie_core.scheduler.request import ForwardRequest, RequestOutput
 
@@ -48,10 +50,13 @@ class Batcher:
         forward: Callable[[ForwardBatch], BatchOutput],
         caps: Capabilities,
         policy: str = "adaptive",
+        copy_pages: Callable[[CopyKind, np.ndarray, np.ndarray], None] | None = None,
     ) -> None:
         if policy not in ("adaptive", "greedy"):
             raise ValueError(f"unknown batching policy {policy!r}; use 'adaptive' or 'greedy'")
         self._forward = forward
+        self._copy_pages = copy_pages
+        self._copies: list[tuple[CopyKind, list[int], list[int]]] = []
         self._caps = caps
         self._policy = policy
         self._queue: list[ForwardRequest] = []
@@ -75,6 +80,24 @@ class Batcher:
         self._queue.append(request)
         self._wakeup.set()
         return await request.future
+
+    def enqueue_copy(self, kind: CopyKind, src: list[int], dst: list[int]) -> None:
+        """Schedule a page copy to run on the backend thread before the next batch.
+
+        Deferring keeps copies ordered with batches: a copy sees every write of earlier
+        batches and none of later ones, and the caller never waits.
+        """
+        if len(src) != len(dst):
+            raise ValueError(f"copy of {len(src)} pages into {len(dst)}")
+        if src:
+            self._copies.append((kind, list(src), list(dst)))
+
+    def _execute(self, batch: ForwardBatch, copies: list[tuple[CopyKind, list[int], list[int]]]) -> BatchOutput:
+        for kind, src, dst in copies:
+            if self._copy_pages is None:
+                raise BackendError("this backend cannot copy pages")
+            self._copy_pages(kind, np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32))
+        return self._forward(batch)
 
     @property
     def queued(self) -> int:
@@ -106,8 +129,9 @@ class Batcher:
                 continue
             batch = assemble(taken, self._caps.vocab_size)
             started = time.perf_counter()
+            copies, self._copies = self._copies, []
             try:
-                output = await loop.run_in_executor(self._executor, self._forward, batch)
+                output = await loop.run_in_executor(self._executor, self._execute, batch, copies)
                 results = split_output(taken, batch, output)
             except Exception as exc:  # the backend failed: every request of the batch fails
                 err = exc if isinstance(exc, BackendError) else BackendError(f"backend failed: {exc!r}")
