@@ -1,6 +1,6 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, runtime, session
+from inferlet import chat, messaging, runtime, session
 from inferlet.context import Context, RawContext
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.generator import GenStep, Generator
@@ -12,6 +12,7 @@ ForwardPass = Forward
 
 __all__ = [
     "chat",
+    "messaging",
     "runtime",
     "session",
     "Context",

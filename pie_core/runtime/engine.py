@@ -13,6 +13,7 @@ from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
+from pie_core.runtime.broker import Broker
 from pie_core.plugins import available_backends, bind_backend
 from pie_core.scheduler.batcher import Batcher
 
@@ -74,6 +75,7 @@ class Engine:
         self.version = __version__
         self.models: dict[str, LoadedModel] = {}
         self.snapshots = SnapshotStore()
+        self.broker = Broker()
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
