@@ -7,12 +7,14 @@ import asyncio
 import base64
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pie_core
 from pie_core.cli.progress import loading_bar
-from pie_core.errors import NotFound
+from pie_core.errors import InvalidInput, NotFound
+from pie_core.host.binding import HostInstance
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_inferlet
@@ -35,6 +37,10 @@ def register(sub: Any) -> None:
     p.add_argument("--events", choices=["jsonl"], help="print every event as one JSON object per line")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--file", action="append", default=[], metavar="PATH", help="queue a file for session.receive_file() (repeatable)"
+    )
+    p.add_argument("--output-dir", default="pie-output", help="where files the inferlet sends are written")
     p.set_defaults(handler=_run)
 
 
@@ -64,26 +70,65 @@ def _run(args: argparse.Namespace) -> int:
     manifest = load_manifest(find_inferlet(args.target))
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
+    files = [_read_file(f) for f in args.file]
     engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy)
     with loading_bar("loading model", enabled=not args.quiet and sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
-    printer = _JsonlPrinter() if args.events == "jsonl" else _TextPrinter()
-    final = asyncio.run(_main(engine, manifest, given, printer))
+    saver = _FileSaver(Path(args.output_dir), manifest.name)
+    printer = _JsonlPrinter(saver) if args.events == "jsonl" else _TextPrinter(saver)
+    final = asyncio.run(_main(engine, manifest, given, printer, files))
     return 0 if final.kind == "return" else 1
 
 
-async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any) -> Event:
+def _read_file(path: str) -> bytes:
     try:
-        return await run_inferlet(engine, manifest, given, printer)
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"--file {path}: {exc.strerror}") from None
+
+
+async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any, files: list[bytes]) -> Event:
+    inst = HostInstance(engine=engine, emit=printer)
+    for data in files:
+        inst.files.put_nowait(data)
+    _feed_stdin(inst, asyncio.get_running_loop())
+    try:
+        return await run_inferlet(engine, manifest, given, printer, instance=inst)
     finally:
         await engine.close()
+
+
+def _feed_stdin(inst: HostInstance, loop: asyncio.AbstractEventLoop) -> None:
+    """Lines typed on stdin arrive through ``session.receive()`` (a daemon thread reads them)."""
+
+    def pump() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(inst.inbox.put_nowait, line.rstrip("\n"))
+
+    if sys.stdin is not None and not sys.stdin.closed:
+        threading.Thread(target=pump, name="pie-stdin", daemon=True).start()
+
+
+class _FileSaver:
+    """Writes each File event to ``<dir>/<inferlet>-<n>.bin`` and returns the path."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self._folder, self._name, self._count = folder, name, 0
+
+    def __call__(self, data: bytes) -> Path:
+        self._folder.mkdir(parents=True, exist_ok=True)
+        self._count += 1
+        path = self._folder / f"{self._name}-{self._count}.bin"
+        path.write_bytes(data)
+        return path
 
 
 class _TextPrinter:
     """Streams Stdout to stdout verbatim, Stderr to stderr, the return value last."""
 
-    def __init__(self) -> None:
+    def __init__(self, save_file: _FileSaver) -> None:
         self._line_open = False
+        self._save = save_file
 
     def __call__(self, event: Event) -> None:
         if event.kind == "stdout":
@@ -94,7 +139,7 @@ class _TextPrinter:
             sys.stderr.write(event.value)
             sys.stderr.flush()
         elif event.kind == "file":
-            print(f"[file: {len(event.value)} bytes]", file=sys.stderr)
+            print(f"[file: {self._save(event.value)} ({len(event.value)} bytes)]", file=sys.stderr)
         elif event.kind == "return":
             if self._line_open:
                 sys.stdout.write("\n")
@@ -110,8 +155,15 @@ class _TextPrinter:
 
 
 class _JsonlPrinter:
-    """One JSON object per event: ``{"event": kind, "value": ...}`` (files as base64)."""
+    """One JSON object per event: ``{"event": kind, "value": ...}`` (files as base64, plus the
+    ``path`` they were saved to)."""
+
+    def __init__(self, save_file: _FileSaver) -> None:
+        self._save = save_file
 
     def __call__(self, event: Event) -> None:
-        value = base64.b64encode(event.value).decode() if event.kind == "file" else event.value
-        print(json.dumps({"event": event.kind, "value": value}), flush=True)
+        record: dict[str, Any] = {"event": event.kind, "value": event.value}
+        if event.kind == "file":
+            record["value"] = base64.b64encode(event.value).decode()
+            record["path"] = str(self._save(event.value))
+        print(json.dumps(record), flush=True)

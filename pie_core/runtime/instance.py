@@ -16,6 +16,7 @@ from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.manifest import Manifest
+from pie_core.runtime.stderr import install_stderr_router
 
 __all__ = ["load_entry", "run_inferlet", "run_main"]
 
@@ -50,6 +51,7 @@ async def run_inferlet(
     emit: Callable[[Event], None],
     *,
     username: str = "local",
+    instance: HostInstance | None = None,
 ) -> Event:
     """Validate ``args`` against the manifest, then run the inferlet's ``main``.
 
@@ -63,7 +65,7 @@ async def run_inferlet(
         final = Event("error", _describe(exc))
         emit(final)
         return final
-    return await run_main(engine, main, payload, emit, username=username)
+    return await run_main(engine, main, payload, emit, username=username, instance=instance)
 
 
 async def run_main(
@@ -73,8 +75,13 @@ async def run_main(
     emit: Callable[[Event], None],
     *,
     username: str = "local",
+    instance: HostInstance | None = None,
 ) -> Event:
     """Run ``await main(payload)`` as an inferlet instance and emit its events.
+
+    Writes to ``sys.stderr`` from the inferlet's task become Stderr events. Pass
+    ``instance`` to pre-load its inbox or file queue (``emit`` and ``username`` are then
+    taken from it).
 
     Every page and resource the instance held is released before this returns, whether
     ``main`` returned, raised, or was cancelled (cancellation emits an error, then re-raises).
@@ -82,7 +89,9 @@ async def run_main(
     Returns:
         The terminal event (also emitted).
     """
-    inst = HostInstance(engine=engine, emit=emit, username=username)
+    inst = instance or HostInstance(engine=engine, emit=emit, username=username)
+    emit = inst.emit
+    install_stderr_router()
     token = bind(inst)
     try:
         try:
