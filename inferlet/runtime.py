@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pie_core.host import runtime as _host
 
-__all__ = ["models", "version", "instance_id", "username"]
+__all__ = ["models", "version", "instance_id", "username", "spawn"]
 
 
 def models() -> list[str]:
@@ -25,3 +27,8 @@ def instance_id() -> str:
 def username() -> str:
     """Username of the user who launched the inferlet."""
     return _host.username()
+
+
+async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
+    """Start another inferlet (``name`` or ``name@version``) and return its result."""
+    return await _host.spawn(name, args)

@@ -11,16 +11,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pie_core
 from pie_core.cli.progress import loading_bar
-from pie_core.errors import InvalidInput, NotFound
+from pie_core.errors import InvalidInput
 from pie_core.host.binding import HostInstance
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_inferlet
+from pie_core.runtime.library import find_inferlet
 from pie_core.runtime.manifest import load_manifest, parse_cli_args
 
-__all__ = ["register", "find_inferlet", "example_dirs"]
+__all__ = ["register"]
 
 
 def register(sub: Any) -> None:
@@ -42,28 +42,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--output-dir", default="pie-output", help="where files the inferlet sends are written")
     p.set_defaults(handler=_run)
-
-
-def example_dirs() -> list[Path]:
-    """Folders searched for example inferlets by name."""
-    here = Path(pie_core.__file__).resolve().parents[1] / "examples"
-    return [Path.cwd() / "examples", here]
-
-
-def find_inferlet(target: str) -> Path:
-    """Resolve a folder path or an example name to an inferlet folder.
-
-    Raises:
-        NotFound: Neither a folder with Pie.toml nor a known example (lists the examples).
-    """
-    path = Path(target)
-    if (path / "Pie.toml").is_file():
-        return path
-    for root in example_dirs():
-        if (root / target / "Pie.toml").is_file():
-            return root / target
-    names = sorted({p.parent.name for root in example_dirs() if root.is_dir() for p in root.glob("*/Pie.toml")})
-    raise NotFound(f"{target!r} is not an inferlet folder or example; examples: {', '.join(names) or 'none'}")
 
 
 def _run(args: argparse.Namespace) -> int:

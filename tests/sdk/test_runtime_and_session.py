@@ -67,3 +67,23 @@ def test_unknown_model_lists_the_loaded_ones(dummy):
 
     final, _ = dummy.run(main)
     assert final.kind == "error" and "no-such-model" in final.value and dummy.model in final.value
+
+
+def test_spawn_runs_another_inferlet_and_returns_its_result(dummy):
+    async def main(_):
+        return await runtime.spawn("hello-world@0.1.0", {"name": "child"})
+
+    assert dummy.value(main) == "hello child"
+
+
+def test_spawn_failures_are_clear(dummy):
+    async def wrong_version(_):
+        return await runtime.spawn("hello-world@9.9.9", {})
+
+    async def bad_args(_):
+        return await runtime.spawn("hello-world", {"nmae": "x"})
+
+    final, _ = dummy.run(wrong_version)
+    assert final.kind == "error" and "not 9.9.9" in final.value
+    final, _ = dummy.run(bad_args)
+    assert final.kind == "error" and "unknown parameter 'nmae'" in final.value
