@@ -1,8 +1,10 @@
 """Decode benchmark: the engine's cpu (NumPy) backend vs Hugging Face ``transformers`` fp32.
 
 Both sides run the default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF, dequantised to
-float32 on both sides) in one process, one after the other, on the same prompt token ids: the
-engine's chat format builds them inside the inferlet, and transformers is fed exactly those ids.
+float32 on both sides) in one process on the same prompt token ids: the engine's chat format
+builds them inside the inferlet, and transformers is fed exactly those ids. Both models are
+loaded first and the sides are measured alternately, phase by phase, so that other load on the
+machine weighs on both alike.
 
     python benchmarks/decode.py                 # full run: 32 new tokens, 32 concurrent
     python benchmarks/decode.py --quick         # smoke check: 8 new tokens, 8 concurrent
@@ -312,25 +314,57 @@ def main(argv: list[str] | None = None) -> int:
         "goals": {"batch1_decode_ratio": GOAL_BATCH1_DECODE, "batchN_decode_ratio": GOAL_BATCHN_DECODE},
     }
 
-    # engine ------------------------------------------------------------------------------
+    # Both sides are loaded up front and measured alternately, phase by phase, so that
+    # anything else running on the machine weighs on both sides alike.
     log("engine: loading the default model on the cpu backend")
     t = time.perf_counter()
     engine = Engine("cpu")
     loaded = engine.load(None)
     log(f"engine: {loaded.name} loaded in {time.perf_counter() - t:.1f}s")
-    engine_batch1(engine, prompts[0], 4)  # warm-up
-    engine_concurrent(engine, prompts, 2)
-    log(f"engine: batch 1 x{repeats}")
-    e_runs = [engine_batch1(engine, prompts[0], n_tok) for _ in range(repeats)]
-    log(f"engine: {n_conc} concurrent, prefill only")
+    hf = None
+    if args.skip_transformers:
+        result["transformers_skipped"] = "--skip-transformers"
+    else:
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as exc:
+            result["transformers_skipped"] = f"transformers not importable ({exc})"
+        else:
+            log("transformers: loading the GGUF (dequantised to fp32)")
+            t = time.perf_counter()
+            hf = HFSide()
+            log(f"transformers: loaded in {time.perf_counter() - t:.1f}s")
+
+    log("warm-up")
+    _, warm = engine_concurrent(engine, prompts, 2)
+    prompt_ids = [r["prompt"] for r in warm]
+    engine_batch1(engine, prompts[0], 4)
+    if hf is not None:
+        hf.batch(prompt_ids, 2)
+        hf.batch1(prompt_ids[0], 4)
+
+    log(f"batch 1, {n_tok} tokens, x{repeats} per side")
+    e_runs: list[Run] = []
+    h_runs: list[Run] = []
+    for _ in range(repeats):
+        e_runs.append(engine_batch1(engine, prompts[0], n_tok))
+        if hf is not None:
+            h_runs.append(hf.batch1(prompt_ids[0], n_tok))
+
+    log(f"batch {n_conc}, prefill only")
     e_prefill, _ = engine_concurrent(engine, prompts, 1)
-    log(f"engine: {n_conc} concurrent, {n_tok} tokens each")
+    h_prefill = hf.batch(prompt_ids, 1)[0] if hf is not None else 0.0
+
+    log(f"batch {n_conc}, {n_tok} tokens each")
     before = batcher_snapshot(engine)
     e_total, e_results = engine_concurrent(engine, prompts, n_tok)
     stats = batcher_delta(engine, before)
+    if hf is not None:
+        h_total, h_tokens = hf.batch(prompt_ids, n_tok)
     assert engine.pools_whole(), "the benchmark leaked KV pages"
     asyncio.run(engine.close())
-    prompt_ids = [r["prompt"] for r in e_results]
+
     e_new = sum(len(r["tokens"]) for r in e_results)
     result["engine"] = {
         "batch1": median_run(e_runs),
@@ -344,32 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "batcher": stats,
         "prompt_tokens": {"batch1": len(e_runs[0].prompt), "batchN_mean": float(np.mean([len(p) for p in prompt_ids]))},
     }
-    del engine, loaded
-
-    # transformers ------------------------------------------------------------------------
-    hf = None
-    if not args.skip_transformers:
-        try:
-            import torch  # noqa: F401
-            import transformers  # noqa: F401
-        except ImportError as exc:
-            result["transformers_skipped"] = f"transformers not importable ({exc})"
-        else:
-            log("transformers: loading the GGUF (dequantised to fp32)")
-            t = time.perf_counter()
-            hf = HFSide()
-            log(f"transformers: loaded in {time.perf_counter() - t:.1f}s")
-    else:
-        result["transformers_skipped"] = "--skip-transformers"
     if hf is not None:
-        hf.batch1(e_runs[0].prompt, 4)  # warm-up
-        hf.batch(prompt_ids, 2)
-        log(f"transformers: batch 1 x{repeats}")
-        h_runs = [hf.batch1(e_runs[0].prompt, n_tok) for _ in range(repeats)]
-        log(f"transformers: batch {n_conc}, prefill only")
-        h_prefill, _ = hf.batch(prompt_ids, 1)
-        log(f"transformers: batch {n_conc}, {n_tok} tokens each")
-        h_total, h_tokens = hf.batch(prompt_ids, n_tok)
         result["transformers"] = {
             "batch1": median_run(h_runs),
             "batchN": {
@@ -426,8 +435,9 @@ def render(r: dict[str, Any]) -> str:
     out = [
         f"machine: {m['cpu']}, {m['cores']} cores; "
         + ", ".join(f"{k} {v}" for k, v in m["versions"].items()),
-        f"1-min load average: {m['loadavg_start']:.2f} at start, {m['loadavg_end']:.2f} at end "
-        "(other processes compete for the cores when this is well above 0)",
+        f"1-min load average: {m['loadavg_start']:.2f} before loading, {m['loadavg_end']:.2f} at the end "
+        "(the end includes this run's own threads; well above 0 before loading means other processes "
+        "compete for the cores: rerun on a quiet machine)",
         f"new tokens per request: {cfg['new_tokens']}; concurrency: {n}; batch-1 median of {cfg['batch1_repeats']}",
         "",
         "| measure | pie cpu backend | transformers fp32 | ratio (pie / hf) | goal |",
