@@ -23,7 +23,8 @@ class Generator:
 
     Each step runs the context's buffered tokens (on the first step, the prompt; afterwards
     the last accepted token) and samples the next token. Accepted tokens go back into the
-    context's buffer, so the context always holds the whole conversation.
+    context's buffer, so the context holds the whole conversation — except a final stop token,
+    which is left out so that ``ctx.seal()`` can close the turn as the chat template does.
 
     Keyword options (all optional): ``max_tokens`` (stop after n accepted tokens), ``stop``
     (stop-token ids; with ``auto_flush`` they default to the chat format's), ``logit_mask``
@@ -146,7 +147,10 @@ class Generator:
             self._tokens.append(int(tok))
             if tok in self._stop or (self._max is not None and len(self._tokens) >= self._max):
                 self._done = True
-        self._ctx.append(accepted)
+        # A final stop token is reported but not kept: ``ctx.seal()`` closes the turn the way
+        # the chat template does, so the conversation can go on.
+        keep = accepted[:-1] if accepted and accepted[-1] in self._stop else accepted
+        self._ctx.append(keep)
         return accepted
 
 

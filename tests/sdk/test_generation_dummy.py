@@ -168,3 +168,24 @@ def test_cancelled_inferlet_frees_its_pages(dummy):
 
     asyncio.run(go())
     assert dummy.engine.pools_whole()
+
+
+def test_stop_token_ends_generation_and_is_left_for_seal(dummy):
+    async def main(_):
+        model = _model()
+        from inferlet import chat
+
+        stop = chat.stop_tokens(model)[0]
+        allowed = np.zeros(model.vocab_size, dtype=bool)
+        allowed[stop] = True
+        with Context(model) as ctx:
+            ctx.user("say nothing")
+            g = ctx.generate(Sampler.argmax(), max_tokens=10, logit_mask=brle.encode(allowed))
+            tokens = await g.collect_tokens()
+            buffer = ctx.buffer()
+            ctx.seal()
+            return tokens, stop, g.is_done, buffer, ctx.buffer(), chat.seal(model)
+
+    tokens, stop, done, buffer, sealed, seal = dummy.value(main)
+    assert tokens == [stop] and done
+    assert buffer == [] and sealed == seal
