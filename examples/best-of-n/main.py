@@ -1,0 +1,53 @@
+"""Best-of-N: sample N candidates, score each by its mean token log-probability, keep the best.
+
+The prompt is prefilled once. Each candidate is sampled on a fork with its own seed; then a
+scoring pass on another fork runs the assistant cue plus the candidate's tokens and reads, with
+one ``Logprob`` probe per row, how likely the model found each token at that point.
+"""
+
+import asyncio
+
+from inferlet import Context, Logprob, Model, Sampler, chat, runtime
+
+
+async def sample(prefix: Context, sampler: Sampler, max_tokens: int) -> list[int]:
+    with prefix.fork() as ctx:
+        return await ctx.generate(sampler, max_tokens=max_tokens).collect_tokens()
+
+
+async def mean_logprob(prefix: Context, tokens: list[int]) -> float:
+    """Row ``len(cue) - 1 + i`` of the pass predicts ``tokens[i]``."""
+    cue = chat.cue(prefix.model)
+    with prefix.fork() as ctx:
+        fwd = ctx.forward().input(cue + tokens[:-1])
+        handles = [fwd.probe(len(cue) - 1 + i, Logprob(t)) for i, t in enumerate(tokens)]
+        out = await fwd.execute()
+        logprobs = [out.logprobs(h)[0] for h in handles]
+    return sum(logprobs) / len(logprobs)
+
+
+async def main(input: dict) -> dict:
+    model = Model.load(runtime.models()[0])
+    stop = set(chat.stop_tokens(model))
+
+    with Context(model) as prefix:
+        prefix.user(input["prompt"])
+        await prefix.flush()
+
+        samplers = [
+            Sampler.top_p(input["temperature"], input["top_p"], seed=input["seed"] + i)
+            for i in range(input["n"])
+        ]
+        candidates = await asyncio.gather(*(sample(prefix, s, input["max_tokens"]) for s in samplers))
+        scores = await asyncio.gather(*(mean_logprob(prefix, c) for c in candidates))
+
+    tok = model.tokenizer()
+    ranked = sorted(
+        (
+            {"text": tok.decode([t for t in c if t not in stop]), "score": s}
+            for c, s in zip(candidates, scores)
+        ),
+        key=lambda r: r["score"],
+        reverse=True,
+    )
+    return {"text": ranked[0]["text"], "score": ranked[0]["score"], "candidates": ranked}

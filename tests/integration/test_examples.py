@@ -1,0 +1,163 @@
+"""The example inferlets under ``examples/``, each run once through the real cpu engine.
+
+Settings are kept small (a handful of tokens) so the whole file stays quick; every test checks
+what the example is for, and that every KV page went back to its pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pie_core.host.binding import HostInstance
+from pie_core.runtime.events import Event
+from pie_core.runtime.instance import run_inferlet, run_main
+from pie_core.runtime.manifest import load_manifest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
+
+
+def run_example(engine, name: str, args: dict[str, Any], inbox: list[str] | None = None) -> tuple[Any, list[Event]]:
+    """Run ``examples/<name>`` with ``args``; its return value and every event it emitted."""
+    manifest = load_manifest(EXAMPLES / name)
+    events: list[Event] = []
+
+    async def go() -> Event:
+        inst = None
+        if inbox is not None:
+            inst = HostInstance(engine=engine, emit=events.append)
+            for line in inbox:
+                inst.inbox.put_nowait(line)
+        return await run_inferlet(engine, manifest, args, events.append, instance=inst)
+
+    final = asyncio.run(go())
+    assert final.kind == "return", final.value
+    assert engine.pools_whole(), f"{name} left KV pages allocated"
+    return final.value, events
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_example_has_a_loadable_manifest_and_async_main(name):
+    manifest = load_manifest(EXAMPLES / name)
+    assert manifest.name == name
+    spec = importlib.util.spec_from_file_location(f"_example_{name.replace('-', '_')}", manifest.entry_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert inspect.iscoroutinefunction(getattr(module, "main", None))
+
+
+def test_the_new_examples_are_all_there():
+    for name in [
+        "beam-search", "parallel-generation", "best-of-n", "tree-of-thought", "windowed-attention",
+        "watermarking", "output-validation", "interactive-chat",
+    ]:
+        assert name in ALL
+
+
+@pytest.mark.model
+def test_beam_search_returns_the_highest_scoring_beam(cpu_engine):
+    out, _ = run_example(cpu_engine, "beam-search", {"prompt": "Say hi.", "beam_width": 2, "max_tokens": 4})
+    scores = [b["score"] for b in out["beams"]]
+    assert len(scores) == 2
+    assert out["score"] == max(scores) and all(s <= 0 for s in scores)
+    assert out["text"] == out["beams"][0]["text"] and out["text"]
+
+
+@pytest.mark.model
+def test_parallel_generation_returns_n_texts(cpu_engine):
+    out, _ = run_example(cpu_engine, "parallel-generation", {"n": 3, "max_tokens": 4})
+    assert len(out["texts"]) == 3 and all(t.strip() for t in out["texts"])
+
+
+@pytest.mark.model
+def test_best_of_n_keeps_the_best_mean_logprob(cpu_engine):
+    out, _ = run_example(cpu_engine, "best-of-n", {"n": 3, "max_tokens": 4})
+    scores = [c["score"] for c in out["candidates"]]
+    assert len(scores) == 3 and out["score"] == max(scores) and all(s <= 0 for s in scores)
+
+
+@pytest.mark.model
+def test_tree_of_thought_returns_the_best_of_four_paths(cpu_engine):
+    out, _ = run_example(cpu_engine, "tree-of-thought", {"thought_tokens": 3})
+    paths = out["paths"]
+    assert len(paths) == 4 and all(len(p["path"]) == 2 for p in paths)
+    assert out["best"]["score"] == max(p["score"] for p in paths)
+
+
+@pytest.mark.model
+def test_windowed_attention_generates_tokens(cpu_engine):
+    out, _ = run_example(cpu_engine, "windowed-attention", {"sink": 2, "window": 8, "max_tokens": 5})
+    assert 0 < len(out["tokens"]) <= 5 and out["text"]
+
+
+@pytest.mark.model
+def test_windowed_attention_with_a_window_covering_everything_is_plain_greedy(cpu_engine):
+    from inferlet import Context, Model, Sampler, chat, runtime
+
+    prompt = "Count from one to twenty in words."
+
+    async def unmasked(_input: dict) -> list[int]:
+        model = Model.load(runtime.models()[0])
+        pending, out = chat.user(model, prompt) + chat.cue(model), []
+        with Context(model) as ctx:
+            for _ in range(5):
+                fwd = ctx.forward().input(pending)
+                h = fwd.sample(len(pending) - 1, Sampler.argmax())
+                pending = [(await fwd.execute()).token(h)]
+                out += pending
+        return out
+
+    final = asyncio.run(run_main(cpu_engine, unmasked, {}, lambda e: None))
+    assert final.kind == "return", final.value
+    plain = final.value
+    wide, _ = run_example(cpu_engine, "windowed-attention", {"prompt": prompt, "sink": 2, "window": 4096, "max_tokens": 5})
+    narrow, _ = run_example(cpu_engine, "windowed-attention", {"prompt": prompt, "sink": 2, "window": 4, "max_tokens": 5})
+    assert wide["tokens"] == plain[: len(wide["tokens"])]
+    assert narrow["tokens"] != wide["tokens"]  # the mask really hides the middle of the prompt
+    assert cpu_engine.pools_whole()
+
+
+@pytest.mark.model
+def test_watermark_makes_most_tokens_green(cpu_engine):
+    out, _ = run_example(cpu_engine, "watermarking", {"max_tokens": 12, "delta": 8.0})
+    assert len(out["tokens"]) >= 4
+    assert out["green_fraction"] > 0.5
+    # The detector's count, recomputed independently of the inferlet's bookkeeping.
+    spec = importlib.util.spec_from_file_location("_wm", EXAMPLES / "watermarking" / "main.py")
+    wm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wm)
+    toks = out["tokens"]
+    green = [wm.is_green(p, t, 15485863, 0.5) for p, t in zip(toks, toks[1:])]
+    assert sum(green) / len(green) > 0.5
+
+
+@pytest.mark.model
+def test_output_validation_ranks_the_right_answer_first(cpu_engine):
+    out, _ = run_example(
+        cpu_engine,
+        "output-validation",
+        {"prompt": "What is the capital of France?", "candidates": "Berlin, Paris, Madrid"},
+    )
+    ranked = out["ranked"]
+    assert [r["answer"] for r in ranked][0] == "Paris"
+    assert sorted(r["answer"] for r in ranked) == ["Berlin", "Madrid", "Paris"]
+
+
+@pytest.mark.model
+def test_interactive_chat_keeps_the_conversation_across_turns(cpu_engine):
+    out, events = run_example(
+        cpu_engine,
+        "interactive-chat",
+        {"max_tokens": 12},
+        inbox=["My name is Alice.", "What is my name?", "/quit", "never read"],
+    )
+    assert out["turns"] == 2
+    assert "Alice" in out["replies"][1]
+    streamed = "".join(e.value for e in events if e.kind == "stdout")
+    assert out["replies"][0] in streamed and out["replies"][1] in streamed
