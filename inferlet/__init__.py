@@ -1,6 +1,6 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, messaging, runtime, session
+from inferlet import chat, messaging, reasoning, runtime, session
 from inferlet.context import Context, RawContext
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.generator import GenStep, Generator
@@ -13,6 +13,7 @@ ForwardPass = Forward
 __all__ = [
     "chat",
     "messaging",
+    "reasoning",
     "runtime",
     "session",
     "Context",

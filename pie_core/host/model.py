@@ -19,6 +19,7 @@ __all__ = [
     "chat_tokens",
     "chat_builder",
     "stop_tokens",
+    "reasoning_markers",
 ]
 
 
@@ -98,3 +99,9 @@ def _piece(fmt: Any, role: str, text: str) -> list[int]:
     if role in ("cue", "seal"):
         return list(getattr(fmt, role)())
     raise InvalidInput(f"unknown chat role {role!r}; use system, user, assistant, cue or seal")
+
+
+def reasoning_markers(name: str) -> tuple[int, int] | None:
+    """Token ids that open and close a reasoning block in the model's format, or None."""
+    markers: tuple[int, int] | None = resolve(name).chat.reasoning_marker_ids
+    return markers

@@ -77,6 +77,14 @@ class ChatFormat(ABC):
     tool_call_markers: tuple[str, str] | None = None
     reasoning_markers: tuple[str, str] | None = None
 
+    @property
+    def reasoning_marker_ids(self) -> tuple[int, int] | None:
+        """Token ids of :attr:`reasoning_markers` when each marker is one token, else ``None``."""
+        if self.reasoning_markers is None:
+            return None
+        start, end = (self.tokenizer.token_to_id(m) for m in self.reasoning_markers)
+        return None if start is None or end is None else (start, end)
+
     @abstractmethod
     def builder(self) -> ChatBuilder:
         """A fresh builder for one conversation."""
