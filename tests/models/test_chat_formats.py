@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from chat_testing import build_conversation
 
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.models.chat_formats import (
@@ -46,17 +47,7 @@ def _reference(fmt: ChatFormat, tok: Tokenizer, messages: list[dict[str, str]], 
 @pytest.mark.parametrize("conversation", CONVERSATIONS, ids=lambda c: "-".join(r for r, _ in c))
 def test_builder_equals_the_jinja_template(model: tuple[str, Tokenizer, ChatFormat], conversation: list) -> None:
     _, tok, fmt = model
-    builder = fmt.builder()
-    ids: list[int] = []
-    messages = []
-    cue = False
-    for role, text in conversation:
-        if role == "cue":
-            ids += builder.cue()
-            cue = True
-        else:
-            ids += getattr(builder, role)(text)
-            messages.append({"role": role, "content": text})
+    ids, messages, cue = build_conversation(fmt.builder(), conversation)
     assert ids == _reference(fmt, tok, messages, cue), tok.decode(ids)
 
 

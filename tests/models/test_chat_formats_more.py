@@ -10,6 +10,7 @@ the ids equal those of the real vocabularies up to the ids of the tokens themsel
 from __future__ import annotations
 
 import pytest
+from chat_testing import build_conversation
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -72,18 +73,7 @@ def llama3(qwen2_tokenizer: Tokenizer) -> Llama3Format:
     return fmt
 
 
-def _build(builder, conversation: list) -> tuple[list[int], list[dict[str, str]], bool]:
-    ids: list[int] = []
-    messages: list[dict[str, str]] = []
-    cue = False
-    for role, text in conversation:
-        if role == "cue":
-            ids += builder.cue()
-            cue = True
-        else:
-            ids += getattr(builder, role)(text)
-            messages.append({"role": role, "content": text})
-    return ids, messages, cue
+_build = build_conversation
 
 
 @pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "no-thinking"])
