@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from pie_core.hookspec import ProbeKind
 from pie_core.host import inference as _host
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
@@ -31,7 +30,7 @@ class ProbeHandle:
     """Names one probe of a pass (``row`` indexes the pass's probes)."""
 
     row: int
-    kind: ProbeKind
+    kind: _host.ProbeKind
 
 
 class Output:
@@ -76,7 +75,7 @@ class Output:
 
     def distribution(self, h: ProbeHandle) -> tuple[list[int], list[float]] | None:
         """Top-k ids and probabilities of a Distribution probe."""
-        value = self._probe(h, ProbeKind.DISTRIBUTION)
+        value = self._probe(h, _host.ProbeKind.DISTRIBUTION)
         if value is None:
             return None
         ids, probs = value
@@ -84,23 +83,23 @@ class Output:
 
     def logits(self, h: ProbeHandle) -> bytes | None:
         """Logits of a Logits probe as native-endian f32 bytes (vocab_size * 4 long)."""
-        value = self._probe(h, ProbeKind.LOGITS)
+        value = self._probe(h, _host.ProbeKind.LOGITS)
         return None if value is None else np.asarray(value, dtype=np.float32).astype(f"{_ENDIAN}f4").tobytes()
 
     def logprobs(self, h: ProbeHandle) -> list[float] | None:
         """Log-probabilities of a Logprob/Logprobs probe, in the probe's token order."""
-        value = self._probe(h, ProbeKind.LOGPROBS)
+        value = self._probe(h, _host.ProbeKind.LOGPROBS)
         return None if value is None else np.asarray(value, dtype=np.float64).tolist()
 
     def entropy(self, h: ProbeHandle) -> float | None:
         """Entropy of an Entropy probe."""
-        value = self._probe(h, ProbeKind.ENTROPY)
+        value = self._probe(h, _host.ProbeKind.ENTROPY)
         return None if value is None else float(value)
 
     def _has_rows(self, h: SampleHandle) -> bool:
         return all(0 <= r < len(self._raw.tokens) for r in h.rows)
 
-    def _probe(self, h: Any, kind: ProbeKind) -> Any:
+    def _probe(self, h: Any, kind: _host.ProbeKind) -> Any:
         if not isinstance(h, ProbeHandle) or h.kind != kind or not 0 <= h.row < len(self._raw.probes):
             return None
         return self._raw.probes[h.row]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from pie_core.errors import InvalidInput, Unsupported
+from pie_core.host.errors import InvalidInput, Unsupported
 from pie_core.host import model as _model
 from inferlet.forward import Forward, Output, ProbeHandle
 from inferlet.probes import Probe

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pie_core.host import messaging as _host
-from pie_core.runtime.broker import Subscription as _HostSub
 
 __all__ = ["broadcast", "subscribe", "push", "pull", "Subscription"]
 
@@ -12,7 +11,7 @@ class Subscription:
     """A subscription to a broadcast topic: ``await sub.next()``, ``async for msg in sub``,
     or ``with messaging.subscribe(topic) as sub``."""
 
-    def __init__(self, handle: _HostSub) -> None:
+    def __init__(self, handle: _host.Subscription) -> None:
         self._h = handle
 
     async def next(self) -> str | None:

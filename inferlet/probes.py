@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pie_core.hookspec import ProbeKind
-from pie_core.host.inference import ProbeSpec
+from pie_core.host.inference import ProbeKind, ProbeSpec
 
 __all__ = ["Logits", "Distribution", "Logprob", "Logprobs", "Entropy", "Probe"]
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pie_core.hookspec import SamplerKind
-from pie_core.host.inference import SampleSpec
+from pie_core.host.inference import SampleSpec, SamplerKind
 
 __all__ = ["Sampler"]
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from pie_core import brle
 from pie_core.errors import InvalidInput, Unsupported
-from pie_core.hookspec import ProbeKind
+from pie_core.hookspec import ProbeKind, SamplerKind
 from pie_core.host.context import HostContext
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput"]
+__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
 
 _Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
 

@@ -6,7 +6,7 @@ from pie_core.errors import InvalidInput
 from pie_core.host.binding import current
 from pie_core.runtime.broker import Subscription
 
-__all__ = ["broadcast", "subscribe", "unsubscribe", "next_message", "push", "pull"]
+__all__ = ["broadcast", "subscribe", "unsubscribe", "next_message", "push", "pull", "Subscription"]
 
 
 def _check(topic: str, message: str | None = None) -> None:
