@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chat_testing import build_conversation
+from chat_testing import BASE_CONVERSATIONS, build_conversation
 
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.models.chat_formats import (
@@ -21,11 +21,7 @@ from pie_core.models.tokenizer import Tokenizer
 pytestmark = pytest.mark.model
 
 CONVERSATIONS = [
-    [("user", "Hi there"), ("cue", None)],
-    [("system", "You are terse."), ("user", "Hi there"), ("cue", None)],
-    [("system", "Be exact.\n"), ("user", "  2+2? \n"), ("assistant", " 4 "), ("user", "and 3+3?"), ("cue", None)],
-    [("user", "write code"), ("assistant", "```py\nprint('hi')\n```"), ("user", "中文 🤗\n\n\tok")],
-    [("user", "one"), ("assistant", "two"), ("user", "three"), ("assistant", "four"), ("user", "five"), ("cue", None)],
+    *BASE_CONVERSATIONS,
     [("system", "S"), ("user", "<tool_call> literal"), ("assistant", "<div>x</div>\n\n\n")],
 ]
 

@@ -10,7 +10,7 @@ the ids equal those of the real vocabularies up to the ids of the tokens themsel
 from __future__ import annotations
 
 import pytest
-from chat_testing import build_conversation
+from chat_testing import BASE_CONVERSATIONS, build_conversation
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -37,11 +37,7 @@ LLAMA_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
 REASONED = "<think>\nLet me add.\n2+2 is 4.\n</think>\n\nIt is 4."
 
 CONVERSATIONS = [
-    [("user", "Hi there"), ("cue", None)],
-    [("system", "You are terse."), ("user", "Hi there"), ("cue", None)],
-    [("system", "Be exact.\n"), ("user", "  2+2? \n"), ("assistant", " 4 "), ("user", "and 3+3?"), ("cue", None)],
-    [("user", "write code"), ("assistant", "```py\nprint('hi')\n```"), ("user", "中文 🤗\n\n\tok")],
-    [("user", "one"), ("assistant", "two"), ("user", "three"), ("assistant", "four"), ("user", "five"), ("cue", None)],
+    *BASE_CONVERSATIONS,
     [("system", "S"), ("user", "2+2?"), ("assistant", REASONED), ("user", "and 3+3?"), ("cue", None)],
 ]
 
