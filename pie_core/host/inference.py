@@ -76,6 +76,15 @@ async def forward(
         ctx.check_live()
         base = ctx.kv.length
         pos = _check_positions(positions, n, base, model.spec.max_position)
+        if attention_masks is None:
+            rows = [s.index for s in samples] + [p.index for p in probes]
+            done = ctx.kv.adopt_prefix(ids, pos, min(rows, default=n))
+            if done:  # those tokens' pages came from the prefix cache
+                ids, pos, n = ids[done:], pos[done:], n - done
+                samples = [_shift(s, done) for s in samples]
+                probes = [_shift(p, done) for p in probes]
+                if n == 0:
+                    return RequestOutput(tokens=(), probes=())
         outputs = []
         for start in range(0, n, caps.max_batch_tokens):
             stop = min(n, start + caps.max_batch_tokens)
@@ -118,7 +127,7 @@ async def _run_chunk(
         if not kv.released:  # give back pages reserved for tokens that never landed
             kv.release_working(len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed))
         raise
-    kv.advance(ids.tolist(), pos.tolist())
+    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None)
     return out
 
 
@@ -127,6 +136,8 @@ def _shift(spec: _Spec, start: int) -> _Spec:
 
 
 def _check_tokens(tokens: Sequence[int], vocab: int) -> np.ndarray:
+    if len(tokens) == 1 and isinstance(tokens[0], (int, np.integer)) and 0 <= tokens[0] < vocab:
+        return np.array(tokens, dtype=np.int32)  # the decode step: skip the vectorised checks
     try:
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
     except (TypeError, ValueError):
@@ -149,7 +160,7 @@ def _check_positions(positions: Sequence[int] | None, n: int, base: int, limit: 
     if bad.size:
         i = int(bad[0])
         raise InvalidInput(f"positions must be >= 0 and < {limit}, got {int(pos[i])} at index {i}")
-    if positions is not None and len(np.unique(pos)) != n:
+    if positions is not None and n > 1 and len(np.unique(pos)) != n:
         values, counts = np.unique(pos, return_counts=True)
         dup = int(values[counts > 1][0])
         raise InvalidInput(f"positions within one pass must be distinct; {dup} appears more than once")

@@ -6,6 +6,7 @@ import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
 from pie_core.kv.pool import PagePool
+from pie_core.kv.prefix_cache import ROOT, chain_hash
 
 __all__ = ["KvContext", "WritePlan"]
 
@@ -27,6 +28,11 @@ class KvContext:
     ``length`` tokens are in the KV cache; ``tokens``/``positions`` record what was written to
     each slot (the lineage, used to rebuild a suspended context and to hash committed pages).
     Working pages beyond ``length`` may be reserved ahead of use.
+
+    Committed pages go into the pool's prefix cache under a hash chained over their tokens and
+    positions; a page equal to one cached already is swapped for it, and :meth:`adopt_prefix`
+    takes cached pages instead of computing them. Tokens written under a custom attention mask
+    make the rest of the context unshareable (their KV no longer follows from the prefix).
     """
 
     def __init__(self, pool: PagePool) -> None:
@@ -36,6 +42,8 @@ class KvContext:
         self.length = 0
         self.tokens: list[int] = []
         self.positions: list[int] = []
+        self.hashes: list[bytes] = []  # chain hash per committed page while shareable
+        self.shareable = True
         self.released = False
 
     @property
@@ -75,19 +83,80 @@ class KvContext:
             last_page_len=total - (used - 1) * self.page_size,
         )
 
-    def advance(self, tokens: list[int], positions: list[int]) -> None:
-        """Record a completed pass and commit every page it filled."""
+    def advance(self, tokens: list[int], positions: list[int], masked: bool = False) -> None:
+        """Record a completed pass and commit every page it filled.
+
+        ``masked`` says the pass ran under a custom attention mask.
+        """
         self.tokens.extend(tokens)
         self.positions.extend(positions)
         self.length += len(tokens)
-        self.committed = self.length // self.page_size
+        if masked:
+            self.shareable = False
+        self._commit_to(self.length // self.page_size)
 
     def commit(self, k: int) -> None:
         """Promote ``k`` full working pages to committed."""
         full = self.length // self.page_size - self.committed
         if not 0 <= k <= full:
             raise InvalidInput(f"can commit at most {full} full working pages, asked for {k}")
-        self.committed += k
+        self._commit_to(self.committed + k)
+
+    def adopt_prefix(self, tokens: np.ndarray, positions: np.ndarray, limit: int) -> int:
+        """Take cached pages for the leading full pages of ``tokens`` instead of computing them.
+
+        Only pages that end at or before input row ``limit`` are taken (rows that are sampled
+        or probed must run). Applies when the context ends on a page boundary.
+
+        Returns:
+            How many leading tokens are now in the cache (a multiple of the page size).
+        """
+        ps = self.page_size
+        whole = min(len(tokens), limit) // ps
+        if not whole or not self.shareable or self.length != self.committed * ps:
+            return 0
+        keys, prev = [], self.hashes[-1] if self.hashes else ROOT
+        for i in range(whole):
+            prev = chain_hash(prev, tokens[i * ps : (i + 1) * ps], positions[i * ps : (i + 1) * ps])
+            keys.append(prev)
+        found = self.pool.cache.lookup_chain(keys)
+        if not found:
+            return 0
+        self.pool.retain(found)
+        self.pages[self.committed : self.committed] = found
+        n = len(found) * ps
+        self.tokens.extend(tokens[:n].tolist())
+        self.positions.extend(positions[:n].tolist())
+        self.hashes.extend(keys[: len(found)])
+        self.length += n
+        self.committed += len(found)
+        return n
+
+    def _commit_to(self, committed: int) -> None:
+        if committed <= self.committed:
+            return
+        if self.shareable:
+            self._share(self.committed, committed)
+        self.committed = committed
+
+    def _share(self, first: int, stop: int) -> None:
+        # Hash pages first..stop-1 and swap any page for an equal one the cache holds already.
+        ps = self.page_size
+        prev = self.hashes[-1] if self.hashes else ROOT
+        keys = []
+        tokens = np.asarray(self.tokens[first * ps : stop * ps]).reshape(-1, ps)
+        positions = np.asarray(self.positions[first * ps : stop * ps]).reshape(-1, ps)
+        for page_tokens, page_positions in zip(tokens, positions):
+            prev = chain_hash(prev, page_tokens, page_positions)
+            keys.append(prev)
+        mine = self.pages[first:stop]
+        kept = self.pool.cache.insert_chain(keys, mine)
+        dupes = [p for p, k in zip(mine, kept) if p != k]
+        if dupes:
+            self.pool.retain([k for p, k in zip(mine, kept) if p != k])
+            self.pool.release(dupes)
+            self.pages[first:stop] = kept
+        self.hashes.extend(keys)
 
     def truncate(self, n: int) -> None:
         """Drop the last ``n`` working tokens and free working pages left empty."""
@@ -133,6 +202,8 @@ class KvContext:
         child.length = self.length
         child.tokens = list(self.tokens)
         child.positions = list(self.positions)
+        child.hashes = list(self.hashes)
+        child.shareable = self.shareable
         return child, src, dst
 
     def release(self) -> None:

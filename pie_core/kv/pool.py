@@ -7,6 +7,7 @@ from typing import Iterable
 import numpy as np
 
 from pie_core.errors import OutOfPages
+from pie_core.kv.prefix_cache import PrefixCache
 
 __all__ = ["PagePool"]
 
@@ -17,6 +18,10 @@ class PagePool:
     A page is free exactly when its count is zero. ``alloc`` hands out pages with count 1;
     ``retain`` adds a holder (a fork sharing a committed page); ``release`` drops one holder
     and frees pages whose count reaches zero.
+
+    The pool's :class:`PrefixCache` holds one reference on each committed page it can hand
+    to a later context with the same prefix; pages only the cache holds are evicted on demand,
+    so they count as available and the pool is *whole* when nothing else holds a page.
     """
 
     def __init__(self, num_pages: int, page_size: int) -> None:
@@ -26,6 +31,7 @@ class PagePool:
         self.page_size = page_size
         self._refs = np.zeros(num_pages, dtype=np.int32)
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
+        self.cache = PrefixCache(self)
 
     @property
     def free_count(self) -> int:
@@ -35,9 +41,17 @@ class PagePool:
     def used_count(self) -> int:
         return self.num_pages - len(self._free)
 
+    @property
+    def available_count(self) -> int:
+        """Free pages plus pages only the prefix cache holds."""
+        return len(self._free) + self.cache.idle_count()
+
     def is_whole(self) -> bool:
-        """True when every page is back in the pool."""
-        return len(self._free) == self.num_pages and not self._refs.any()
+        """True when no page is held by anyone but the prefix cache."""
+        return self.available_count == self.num_pages
+
+    def refs_of(self, pages: np.ndarray) -> np.ndarray:
+        return self._refs[pages]
 
     def alloc(self, n: int) -> list[int]:
         """Take ``n`` free pages (count 1 each).
@@ -45,6 +59,8 @@ class PagePool:
         Raises:
             OutOfPages: Fewer than ``n`` pages are free; nothing is taken.
         """
+        if n > len(self._free) and n <= self.available_count:
+            self.cache.evict(n - len(self._free))
         if n > len(self._free):
             raise OutOfPages(
                 f"needs {n} KV pages but only {len(self._free)} of {self.num_pages} are free; "

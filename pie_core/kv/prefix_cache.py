@@ -1,0 +1,100 @@
+"""Prefix cache: committed pages findable by a content hash chained over what they hold.
+
+A full page's hash covers the previous page's hash and the page's (token, position) pairs, so
+equal hashes mean equal prefixes and therefore equal KV contents. The cache holds one
+reference on each page it knows; a page held by nobody else is *idle* and is evicted
+(least recently used first) when the pool runs short, so cached pages never cost anyone an
+allocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pie_core.kv.pool import PagePool
+
+__all__ = ["PrefixCache", "ROOT", "chain_hash"]
+
+ROOT = b"pie-prefix-root"
+
+
+def chain_hash(prev: bytes, tokens: np.ndarray, positions: np.ndarray) -> bytes:
+    """The hash of a full page given the hash of the page before it."""
+    h = hashlib.blake2b(prev, digest_size=16)
+    h.update(np.ascontiguousarray(tokens, dtype=np.int32).tobytes())
+    h.update(np.ascontiguousarray(positions, dtype=np.int32).tobytes())
+    return h.digest()
+
+
+class PrefixCache:
+    """``hash -> page`` for one page pool, in least-recently-used order."""
+
+    def __init__(self, pool: PagePool) -> None:
+        self._pool = pool
+        self._pages: OrderedDict[bytes, int] = OrderedDict()
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+    def lookup_chain(self, keys: list[bytes]) -> list[int]:
+        """The cached pages of the longest cached prefix of ``keys`` (a chain, root first)."""
+        found: list[int] = []
+        for key in keys:
+            page = self._pages.get(key)
+            if page is None:
+                break
+            found.append(page)
+        self._touch(keys[: len(found)])
+        self.hits += len(found)
+        return found
+
+    def insert_chain(self, keys: list[bytes], pages: list[int]) -> list[int]:
+        """Cache each page under its key unless an equal page is cached already.
+
+        Returns:
+            The page to keep for each key: the given one, or the one cached before it.
+        """
+        kept = []
+        for key, page in zip(keys, pages):
+            cached = self._pages.get(key)
+            if cached is None:
+                self._pool.retain([page])
+                self._pages[key] = cached = page
+            kept.append(cached)
+        self._touch(keys)
+        return kept
+
+    def _touch(self, keys: list[bytes]) -> None:
+        # Deeper pages are only reachable through their ancestors, so they go stale first:
+        # mark the chain used leaf-first so eviction takes leaves before roots.
+        for key in reversed(keys):
+            self._pages.move_to_end(key)
+
+    def idle_count(self) -> int:
+        """Pages held by the cache alone (free for the taking)."""
+        if not self._pages:
+            return 0
+        pages = np.fromiter(self._pages.values(), dtype=np.int64, count=len(self._pages))
+        return int(np.count_nonzero(self._pool.refs_of(pages) == 1))
+
+    def evict(self, n: int) -> int:
+        """Free up to ``n`` idle pages, least recently used first; returns how many."""
+        freed: list[int] = []
+        for key, page in list(self._pages.items()):
+            if len(freed) >= n:
+                break
+            if self._pool.refcount(page) == 1:
+                del self._pages[key]
+                freed.append(page)
+        self._pool.release(freed)
+        return len(freed)
+
+    def clear(self) -> None:
+        """Drop every idle page (pages in use stay with their holders)."""
+        self.evict(len(self._pages))
