@@ -1,23 +1,33 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, messaging, reasoning, runtime, session
+from inferlet import chat, mcp, messaging, reasoning, runtime, session, tools
+from inferlet.constraints import AnyJson, Constraint, Ebnf, JsonSchema, Regex, Schema
 from inferlet.context import Context, RawContext
+from inferlet.events import Decoder, Event, EventStream
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.generator import GenStep, Generator
+from inferlet.grammar import Grammar, GrammarConstraint, Matcher
 from inferlet.model import Model, Tokenizer
-from inferlet.probes import Distribution, Entropy, Logits, Logprob, Logprobs
+from inferlet.probes import Distribution, Embedding, Entropy, Logits, Logprob, Logprobs
 from inferlet.sampler import Sampler
 
 ForwardPass = Forward
+TokenStream = Generator
 
 __all__ = [
     "chat",
+    "mcp",
     "messaging",
     "reasoning",
     "runtime",
     "session",
+    "tools",
     "Context",
     "RawContext",
+    "Decoder",
+    "Event",
+    "EventStream",
+    "TokenStream",
     "Forward",
     "ForwardPass",
     "Output",
@@ -28,9 +38,19 @@ __all__ = [
     "Model",
     "Tokenizer",
     "Distribution",
+    "Embedding",
     "Entropy",
     "Logits",
     "Logprob",
     "Logprobs",
     "Sampler",
+    "AnyJson",
+    "Constraint",
+    "Ebnf",
+    "JsonSchema",
+    "Regex",
+    "Schema",
+    "Grammar",
+    "GrammarConstraint",
+    "Matcher",
 ]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Literal, overload
 
 from pie_core.host import context as _host
 from pie_core.host import model as _model
+from pie_core.host import tools as _tools
+from pie_core.host.errors import InvalidInput
 from inferlet.forward import Forward
 from inferlet.model import Model
 
 if TYPE_CHECKING:
+    from inferlet.events import EventStream
     from inferlet.generator import Generator
     from inferlet.sampler import Sampler
 
@@ -22,7 +25,8 @@ class Context:
 
     Chat helpers (``system``, ``user``, ...) and ``append`` add tokens to the SDK-side buffer;
     ``await flush()`` (or a generator's first step) runs them through the model. Pages are
-    released by :meth:`release`, by leaving a ``with`` block, or when the inferlet ends.
+    released by :meth:`release`, by leaving a ``with`` block, when the last reference to the
+    context goes away, or when the inferlet ends.
     """
 
     def __init__(self, model: Model, name: str | None = None) -> None:
@@ -78,7 +82,7 @@ class Context:
         return _host.snapshot(self._handle(), self._state())
 
     def inner(self) -> RawContext:
-        """Raw page operations (the Rust SDK's ``ctx.inner()``)."""
+        """Raw page operations (the Rust SDK's ``ctx.inner()``); valid while this context is."""
         return RawContext(self._handle())
 
     # -- inspection ------------------------------------------------------------------------
@@ -122,6 +126,27 @@ class Context:
         """Close the current assistant turn."""
         return self._extend(self._chat.seal())
 
+    def equip_tools(self, schemas: Iterable[Any], system: str | None = None) -> Context:
+        """List tools for the model as its chat template does; call it before the first message.
+
+        Args:
+            schemas: One JSON Schema per tool, dicts or JSON text (see ``tools.equip_prefix``).
+            system: System text to go with the tools (default: the template's own).
+
+        Raises:
+            InvalidInput: Malformed schemas, or (Llama 3) equipping after the first message.
+            Unsupported: The model's chat template has no tool support.
+        """
+        return self._extend(self._chat.equip(_tools.normalize(schemas), system))
+
+    def answer_tool(self, name: str, value: Any) -> Context:
+        """Add a turn carrying tool ``name``'s result (a string, or a dict/list: JSON-encoded).
+
+        Qwen's template writes consecutive tool results as one turn: there the results wait in
+        the conversation builder until the next message or cue (``generate`` cues) writes it.
+        """
+        return self._extend(self._chat.answer(name, value))
+
     def append(self, tokens: Iterable[int]) -> Context:
         """Append raw token ids to the buffer."""
         return self._extend(tokens)
@@ -135,31 +160,68 @@ class Context:
         return self._extend(tokens)
 
     async def flush(self) -> None:
-        """Run prefill on the buffered tokens and commit the pages they fill."""
-        if not self._buffer:
-            return
-        tokens = self._buffer
-        self._buffer = []
-        try:
-            await Forward(self).input(tokens).execute()
-        except BaseException:
-            self._buffer = tokens + self._buffer
-            raise
+        """Run prefill on the buffered tokens and commit the pages they fill.
+
+        To read probes or samples over the buffered tokens while flushing them, build the
+        pass with ``ctx.forward(flush=True)`` instead.
+        """
+        self._ctx.check_live()
+        if self._buffer:
+            await Forward(self, flush=True).execute()
 
     def truncate(self, n: int) -> None:
         """Drop the trailing ``n`` working-page tokens (committed pages cannot be truncated)."""
         _host.truncate(self._handle(), n)
 
     # -- generation ------------------------------------------------------------------------
-    def forward(self) -> Forward:
-        """A raw forward pass on this context (the buffer is not included)."""
-        return Forward(self)
+    def forward(self, flush: bool = False) -> Forward:
+        """A forward pass on this context.
 
-    def generate(self, sampler: Sampler, **options: Any) -> Generator:
-        """A token generator; see :class:`inferlet.Generator` for the keyword options."""
+        Args:
+            flush: False (the reference's raw pass): the buffer is left alone and the pass
+                holds only what ``fwd.input`` adds. True: the pass starts with the buffered
+                tokens (input rows ``0 .. len(ctx.buffer()) - 1``), so probes and samples can
+                read them; executing it flushes them, as :meth:`flush` does.
+        """
+        return Forward(self, flush=flush)
+
+    @overload
+    def generate(self, sampler: Sampler, *, decode: Literal[False] = False, **options: Any) -> Generator: ...
+
+    @overload
+    def generate(
+        self, sampler: Sampler, *, decode: Literal[True], reasoning: bool = False, tool_use: bool = False, **options: Any
+    ) -> EventStream: ...
+
+    def generate(
+        self, sampler: Sampler, *, decode: bool = False, reasoning: bool = False, tool_use: bool = False, **options: Any
+    ) -> Generator | EventStream:
+        """A token generator, or with ``decode=True`` a stream of text events.
+
+        Args:
+            sampler: How each step picks its token.
+            decode: False: return a :class:`inferlet.Generator` (drive it step by step or with
+                its collectors). True: return an :class:`inferlet.EventStream`; ``async for
+                event in ...`` yields ``Event.Text`` chunks and ends with ``Event.Done``.
+            reasoning: With ``decode=True``, report the model's reasoning block as
+                ``Event.Thinking`` / ``Event.ThinkingDone`` instead of text.
+            tool_use: With ``decode=True``, report tool calls in the model's own syntax as
+                ``Event.ToolCallStart`` / ``Event.ToolCall(name, arguments)`` instead of text.
+            **options: The generator's keyword options (``max_tokens``, ``stop``,
+                ``logit_mask``, ``horizon``, ``auto_flush``, ...).
+
+        Raises:
+            InvalidInput: ``reasoning``/``tool_use`` without ``decode=True``.
+        """
+        from inferlet.events import Decoder, EventStream
         from inferlet.generator import Generator
 
-        return Generator(self, sampler, **options)
+        if not decode:
+            if reasoning or tool_use:
+                raise InvalidInput("reasoning= and tool_use= apply to event streams: pass decode=True too")
+            return Generator(self, sampler, **options)
+        decoder = Decoder(self._model, reasoning=reasoning, tool_use=tool_use)
+        return EventStream(Generator(self, sampler, **options), decoder)
 
     async def generate_text(self, sampler: Sampler | None = None, **options: Any) -> str:
         """Generate and return the decoded reply (readme convenience)."""
@@ -171,6 +233,16 @@ class Context:
     def release(self) -> None:
         """Force-destroy this context now: its pages return to the pool."""
         _host.release(self._ctx)
+
+    def __del__(self) -> None:
+        # "KV pages release on drop" (the reference): a context nobody holds any more frees its
+        # pages at once instead of when the inferlet ends. Releasing twice is harmless.
+        handle = getattr(self, "_ctx", None)
+        if handle is not None:
+            try:
+                _host.release_soon(handle)
+            except Exception:  # never raise from a finaliser (e.g. at interpreter exit)
+                pass
 
     def __enter__(self) -> Context:
         return self

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from pie_core.host import inference as _host
+from pie_core.host.errors import InvalidInput
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
 
@@ -20,9 +21,14 @@ __all__ = ["Forward", "Output", "SampleHandle", "ProbeHandle"]
 
 @dataclass(frozen=True, slots=True)
 class SampleHandle:
-    """Names the rows one ``fwd.sample(...)`` call asked for: ``rows`` index the pass's samples."""
+    """Names what one ``fwd.sample(...)`` call asked for: ``rows`` index the pass's sample
+    rows (one per input index; none for :meth:`Sampler.embedding`), ``probes`` the probes the
+    sampler reads beside them (:meth:`Sampler.dist`, :meth:`Sampler.embedding`), of kind
+    ``probe_kind``."""
 
     rows: tuple[int, ...]
+    probes: tuple[int, ...] = ()
+    probe_kind: _host.ProbeKind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +79,9 @@ class Output:
             return []
         return [t for r in h.rows for t in self._raw.tokens[r]]
 
-    def distribution(self, h: ProbeHandle) -> tuple[list[int], list[float]] | None:
-        """Top-k ids and probabilities of a Distribution probe."""
+    def distribution(self, h: ProbeHandle | SampleHandle) -> tuple[list[int], list[float]] | None:
+        """Top-k ids and probabilities of a Distribution probe, or the full distribution of a
+        single-index ``Sampler.dist`` handle."""
         value = self._probe(h, _host.ProbeKind.DISTRIBUTION)
         if value is None:
             return None
@@ -96,10 +103,26 @@ class Output:
         value = self._probe(h, _host.ProbeKind.ENTROPY)
         return None if value is None else float(value)
 
+    def embedding(self, h: ProbeHandle | SampleHandle) -> list[float] | None:
+        """Final hidden state (``hidden_size`` floats) of an Embedding probe or a single-index
+        ``Sampler.embedding`` handle."""
+        value = self._probe(h, _host.ProbeKind.EMBEDDING)
+        return None if value is None else np.asarray(value, dtype=np.float32).tolist()
+
+    def embeddings_at(self, h: SampleHandle) -> list[list[float]]:
+        """Hidden states of every index of a ``Sampler.embedding`` handle, in index order."""
+        if not isinstance(h, SampleHandle) or h.probe_kind != _host.ProbeKind.EMBEDDING:
+            return []
+        if not all(0 <= q < len(self._raw.probes) for q in h.probes):
+            return []
+        return [np.asarray(self._raw.probes[q], dtype=np.float32).tolist() for q in h.probes]
+
     def _has_rows(self, h: SampleHandle) -> bool:
         return all(0 <= r < len(self._raw.tokens) for r in h.rows)
 
     def _probe(self, h: Any, kind: _host.ProbeKind) -> Any:
+        if isinstance(h, SampleHandle) and h.probe_kind == kind and len(h.probes) == 1:
+            h = ProbeHandle(h.probes[0], kind)
         if not isinstance(h, ProbeHandle) or h.kind != kind or not 0 <= h.row < len(self._raw.probes):
             return None
         return self._raw.probes[h.row]
@@ -113,9 +136,14 @@ class Forward:
 
     Positions of ``input`` tokens continue from :meth:`start_position` (``ctx.seq_len`` when
     the pass was created) in the order tokens were added. Nothing runs until :meth:`execute`.
+
+    Built with ``ctx.forward(flush=True)``, the pass starts with the context's buffered tokens
+    (rows ``0 .. len(ctx.buffer()) - 1``, in buffer order), so probes and samples can read
+    them: ``execute`` runs them like ``ctx.flush()`` and takes them out of the buffer, or puts
+    them back if the pass fails.
     """
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, flush: bool = False) -> None:
         self._ctx = ctx
         self._start = ctx.seq_len
         self._tokens: list[int] = []
@@ -124,6 +152,8 @@ class Forward:
         self._logit_mask: list[int] | None = None
         self._samples: list[_host.SampleSpec] = []
         self._probes: list[_host.ProbeSpec] = []
+        self._flushed: list[int] = ctx.buffer() if flush else []
+        self.input(self._flushed)
 
     def start_position(self) -> int:
         """Position the first auto-input token will occupy (``ctx.seq_len`` at creation)."""
@@ -156,11 +186,21 @@ class Forward:
         return self
 
     def sample(self, indices: Sequence[int] | int, sampler: Sampler) -> SampleHandle:
-        """Sample ``sampler`` at each of the given input indices."""
+        """Sample ``sampler`` at each of the given input indices (``Sampler.dist`` also reads
+        the distribution there, ``Sampler.embedding`` only the hidden state)."""
         idx = [indices] if isinstance(indices, int) else list(indices)
-        first = len(self._samples)
-        self._samples.extend(sampler.spec(i) for i in idx)
-        return SampleHandle(tuple(range(first, first + len(idx))))
+        rows: list[int] = []
+        probes: list[int] = []
+        for i in idx:
+            if sampler.draws_tokens:
+                rows.append(len(self._samples))
+                self._samples.append(sampler.spec(i))
+            extra = sampler.probe_spec(i, masked_by=rows[-1] if rows else -1)
+            if extra is not None:
+                probes.append(len(self._probes))
+                self._probes.append(extra)
+        kind = self._probes[probes[0]].kind if probes else None
+        return SampleHandle(tuple(rows), tuple(probes), kind)
 
     def probe(self, idx: int, probe: Probe) -> ProbeHandle:
         """Read ``probe`` at input index ``idx``."""
@@ -173,12 +213,24 @@ class Forward:
         return Output(await self._submit())
 
     async def _submit(self) -> _host.RequestOutput:
-        return await _host.forward(
-            self._ctx._handle(),
-            self._tokens,
-            positions=self._positions,
-            attention_masks=self._masks,
-            logit_mask=self._logit_mask,
-            samples=self._samples,
-            probes=self._probes,
-        )
+        ctx, n = self._ctx, len(self._flushed)
+        if n:
+            if ctx._buffer[:n] != self._flushed:
+                raise InvalidInput(
+                    "the context's buffer was run or changed since ctx.forward(flush=True); "
+                    "build the pass again"
+                )
+            del ctx._buffer[:n]
+        try:
+            return await _host.forward(
+                ctx._handle(),
+                self._tokens,
+                positions=self._positions,
+                attention_masks=self._masks,
+                logit_mask=self._logit_mask,
+                samples=self._samples,
+                probes=self._probes,
+            )
+        except BaseException:
+            ctx._buffer[:0] = self._flushed[:n]
+            raise

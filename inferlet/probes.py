@@ -1,4 +1,4 @@
-"""Probes: read values off the logits of one input row without sampling it."""
+"""Probes: read values off one input row (its logits, or its hidden state) without sampling it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pie_core.host.inference import ProbeKind, ProbeSpec
 
-__all__ = ["Logits", "Distribution", "Logprob", "Logprobs", "Entropy", "Probe"]
+__all__ = ["Logits", "Distribution", "Logprob", "Logprobs", "Entropy", "Embedding", "Probe"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,4 +63,14 @@ class Entropy:
         return ProbeSpec(index, ProbeKind.ENTROPY)
 
 
-Probe = Logits | Distribution | Logprob | Logprobs | Entropy
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """The row's final hidden state (after the model's final norm, before the output layer):
+    ``out.embedding(h)`` gives ``hidden_size`` floats. Needs a backend with the
+    ``"embeddings"`` feature (the cpu and dummy backends have it); others raise Unsupported."""
+
+    def spec(self, index: int) -> ProbeSpec:
+        return ProbeSpec(index, ProbeKind.EMBEDDING)
+
+
+Probe = Logits | Distribution | Logprob | Logprobs | Entropy | Embedding

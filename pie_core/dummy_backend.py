@@ -2,9 +2,11 @@
 
 It needs no weights and keeps no KV. Logits are a deterministic function of each row's own
 (token id, position): a fixed pseudo-random vocabulary row rotated by a hash of the pair, so
-equal inputs give equal outputs in every run. Sampling and probes follow the reference
-semantics of :mod:`pie_core.sampling`, so logit masks, seeds and every sampler and probe kind
-behave exactly as on a real backend. Registered as the ``dummy`` entry point of ``pie.backends``.
+equal inputs give equal outputs in every run. Embeddings (EMBEDDING probes) are the same kind
+of function: a fixed pseudo-random ``hidden_size`` row of unit RMS, rotated by that hash.
+Sampling and probes follow the reference semantics of :mod:`pie_core.sampling`, so logit
+masks, seeds and every sampler and probe kind behave exactly as on a real backend.
+Registered as the ``dummy`` entry point of ``pie.backends``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from pie_core.hookspec import (
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
-from pie_core.sampling import logit_rows, sample_and_probe
+from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
-__all__ = ["DummyBackend", "dummy_logits"]
+__all__ = ["DummyBackend", "dummy_logits", "dummy_embeddings"]
 
 DEFAULT_PAGES = 4096
 DEFAULT_HOST_PAGES = 64
@@ -48,6 +50,40 @@ def _table(vocab_size: int) -> np.ndarray:
     return np.concatenate([row, row]).astype(np.float32)
 
 
+def _offsets(token_ids: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
+    key = (token_ids.astype(np.uint64) << np.uint64(32)) ^ positions.astype(np.int64).astype(np.uint64)
+    return (_mix(key) % np.uint64(width)).astype(np.int64)
+
+
+def _rotations(table: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    width = table.shape[0] // 2
+    out = np.empty((len(offsets), width), dtype=np.float32)
+    for i, off in enumerate(offsets):
+        out[i] = table[off : off + width]
+    return out
+
+
+def dummy_embeddings(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The dummy's final hidden states for rows with the given token ids and positions.
+
+    Args:
+        table: ``_embedding_table(hidden_size)``, the doubled base row.
+        token_ids: int ``[U]``.
+        positions: int ``[U]``.
+
+    Returns:
+        float32 ``[U, hidden_size]``: the base row rotated by a hash of (token id, position).
+    """
+    return _rotations(table, _offsets(token_ids, positions, table.shape[0] // 2))
+
+
+def _embedding_table(hidden_size: int) -> np.ndarray:
+    """A fixed float32 row with unit root-mean-square (like a normed hidden state), doubled."""
+    row = np.random.Generator(np.random.PCG64(_TABLE_SEED + 1)).standard_normal(hidden_size)
+    row /= np.sqrt(np.mean(row**2))
+    return np.concatenate([row, row]).astype(np.float32)
+
+
 def dummy_logits(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The dummy's logits for rows with the given token ids and positions.
 
@@ -59,16 +95,10 @@ def dummy_logits(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray
     Returns:
         float32 ``[U, vocab]``: the base row rotated by a hash of (token id, position).
     """
-    vocab = table.shape[0] // 2
-    key = (token_ids.astype(np.uint64) << np.uint64(32)) ^ positions.astype(np.int64).astype(np.uint64)
-    offsets = (_mix(key) % np.uint64(vocab)).astype(np.int64)
-    out = np.empty((len(offsets), vocab), dtype=np.float32)
-    for i, off in enumerate(offsets):
-        out[i] = table[off : off + vocab]
-    return out
+    return _rotations(table, _offsets(token_ids, positions, table.shape[0] // 2))
 
 
-_FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "offload"})
+_FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload"})
 
 
 class DummyBackend:
@@ -79,6 +109,7 @@ class DummyBackend:
     def __init__(self) -> None:
         self._caps: Capabilities | None = None
         self._table = np.zeros(0, dtype=np.float32)
+        self._hidden_table = np.zeros(0, dtype=np.float32)
         self._rng = np.random.default_rng()
 
     @hookimpl
@@ -104,6 +135,7 @@ class DummyBackend:
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
         self._table = _table(spec.vocab_size)
+        self._hidden_table = _embedding_table(spec.hidden_size)
         self._caps = Capabilities(
             page_size=options.page_size,
             num_pages=options.kv_pages or DEFAULT_PAGES,
@@ -137,6 +169,7 @@ class DummyBackend:
             ValueError: A sample/probe row, token id or page id is out of range.
         """
         caps = self._loaded()
+        caps.check_limits(batch)
         n = batch.num_tokens
         rows = logit_rows(batch)
         if rows.size and (rows[0] < 0 or rows[-1] >= n):
@@ -147,7 +180,11 @@ class DummyBackend:
         if pages.size and (pages.min() < 0 or pages.max() >= caps.num_pages):
             raise ValueError(f"kv_page_indices must be in [0, {caps.num_pages})")
         logits = dummy_logits(self._table, batch.token_ids[rows], batch.positions[rows])
-        return sample_and_probe(batch, rows, logits, self._rng)
+        hrows = hidden_rows(batch)
+        if hrows.size and (hrows[0] < 0 or hrows[-1] >= n):
+            raise ValueError(f"sample and probe rows must index the {n} input tokens")
+        hidden = dummy_embeddings(self._hidden_table, batch.token_ids[hrows], batch.positions[hrows])
+        return sample_and_probe(batch, rows, logits, self._rng, hidden)
 
     @hookimpl
     def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:

@@ -6,6 +6,13 @@ the backend and points at a zero-argument factory (a class) returning the plugin
 plugin object must carry ``PIE_CONTRACT_VERSION`` equal to :data:`CONTRACT_VERSION`'s major
 number, or registration fails (see ``pie_core.plugins``).
 
+Versioning: a minor bump only adds optional features, each named by a feature string that a
+backend declares in ``Capabilities.features`` (and ``BackendInfo.features``). The core never
+sends a batch that needs an undeclared feature (the inferlet gets ``Unsupported`` instead), so a
+backend written for an older minor keeps working unchanged. A major bump changes what existing
+hooks or fields mean, and older backends are refused. History: 1.1 added ``ProbeKind.EMBEDDING``
+(feature ``"embeddings"``).
+
 Every array is a numpy array; integer arrays are int32 unless said otherwise. The core builds
 batches; the backend never sees Python lists per token. Hooks are called from one backend worker
 thread, never concurrently for the same backend.
@@ -37,8 +44,9 @@ __all__ = [
     "BackendSpec",
 ]
 
-CONTRACT_VERSION = "1.0"
-"""Major.minor of this contract. A plugin whose major differs is refused at registration."""
+CONTRACT_VERSION = "1.1"
+"""Major.minor of this contract. A plugin whose major differs is refused at registration; any
+minor of the same major is accepted (minors only add optional, feature-gated capabilities)."""
 
 hookspec = pluggy.HookspecMarker("pie")
 hookimpl = pluggy.HookimplMarker("pie")
@@ -56,12 +64,14 @@ class SamplerKind(IntEnum):
 
 
 class ProbeKind(IntEnum):
-    """What a probe row reads off the logits at one input position."""
+    """What a probe row reads at one input position (off its logits, except EMBEDDING)."""
 
     LOGITS = 0  # float32[vocab], raw (after the logit mask: masked entries are -inf)
     DISTRIBUTION = 1  # top-k (ids, probs) of softmax(logits / temperature); k = 0 means all
     LOGPROBS = 2  # log-softmax at the given token ids, in their order
     ENTROPY = 3  # -sum p log p of softmax(logits), a float
+    EMBEDDING = 4  # float32[hidden]: the final hidden state (after the final norm, before the
+    # output projection). Only sent to backends declaring the "embeddings" feature (since 1.1).
 
 
 class CopyKind(IntEnum):
@@ -116,8 +126,23 @@ class Capabilities:
     dtype: str
     device: str
     features: frozenset[str] = frozenset()
-    """Subset of ``{"custom_mask", "logit_mask", "probes", "adapters", "zo", "offload",
-    "system_speculation"}``."""
+    """Subset of ``{"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo",
+    "offload", "system_speculation"}``. ``"embeddings"`` (contract 1.1): EMBEDDING probe rows."""
+
+    def check_limits(self, batch: ForwardBatch) -> None:
+        """Refuse a batch beyond the declared limits (call it first in ``pie_backend_forward``).
+
+        Raises:
+            ValueError: Naming the first limit the batch exceeds.
+        """
+        for what, value, limit in (
+            ("input tokens", batch.num_tokens, self.max_batch_tokens),
+            ("requests", batch.num_requests, self.max_batch_requests),
+            ("sample rows", len(batch.sample_rows), self.max_sample_rows),
+            ("custom-mask entries", int(batch.mask_indptr[-1]), self.max_mask_bytes),
+        ):
+            if value > limit:
+                raise ValueError(f"the batch has {value} {what}; this backend takes at most {limit}: split it")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +177,8 @@ class ForwardBatch:
         probe_rows[Q], probe_kind[Q] (int8, :class:`ProbeKind`), probe_temperature[Q] (f32),
         probe_k[Q]; for LOGPROBS the ids are ``probe_token_ids[probe_token_indptr[q]:...[q+1]]``.
         probe_masked[Q] (int32): index of the sample row whose logit mask applies, or -1.
+        EMBEDDING rows read the hidden state, not the logits: a row probed only for its
+        embedding needs no logits (see ``pie_core.sampling.logit_rows``/``hidden_rows``).
 
     Adapters: adapter_ids[R] (-1 none), zo_seeds[R] (int64, 0 none).
     """
@@ -200,7 +227,8 @@ class BatchOutput:
     tokens: int32[sum(draws)], the sampled ids of each sample row in row order (row s owns
         ``draws[s]`` consecutive entries).
     probes: one value per probe row: float32[vocab] for LOGITS; ``(int32[k], float32[k])`` for
-        DISTRIBUTION (descending probability); float32[len(ids)] for LOGPROBS; float for ENTROPY.
+        DISTRIBUTION (descending probability); float32[len(ids)] for LOGPROBS; float for ENTROPY;
+        float32[hidden_size] for EMBEDDING.
     """
 
     tokens: np.ndarray

@@ -29,6 +29,8 @@ logit mask of sample row ``probe_masked`` when that is ``>= 0``:
   distribution at the argmax.
 - ``LOGPROBS``: ``log_softmax(logits)`` at the requested ids, in their order.
 - ``ENTROPY``: ``-sum p log p`` of ``softmax(logits)`` in nats (``0 log 0 = 0``).
+- ``EMBEDDING``: not a function of the logits: the row's final hidden state (after the final
+  norm), which the backend computes for the rows of :func:`hidden_rows` and passes in.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pie_core.hookspec import BatchOutput, ForwardBatch, ProbeKind, SamplerKind
 
 __all__ = [
     "logit_rows",
+    "hidden_rows",
     "unpack_logit_masks",
     "softmax",
     "sample",
@@ -58,10 +61,21 @@ def logit_rows(batch: ForwardBatch) -> np.ndarray:
         batch: The forward batch.
 
     Returns:
-        int64 indices into the batch's N tokens: every sample row and probe row, once.
+        int64 indices into the batch's N tokens: every sample row and every probe row that
+        reads logits (all kinds but EMBEDDING), once.
     """
-    rows = np.concatenate([batch.sample_rows.astype(np.int64), batch.probe_rows.astype(np.int64)])
+    reads_logits = batch.probe_kind != ProbeKind.EMBEDDING
+    rows = np.concatenate([batch.sample_rows.astype(np.int64), batch.probe_rows[reads_logits].astype(np.int64)])
     return np.unique(rows)
+
+
+def hidden_rows(batch: ForwardBatch) -> np.ndarray:
+    """The sorted, distinct input-token indices whose final hidden state the batch needs.
+
+    Returns:
+        int64 indices into the batch's N tokens: every EMBEDDING probe row, once.
+    """
+    return np.unique(batch.probe_rows[batch.probe_kind == ProbeKind.EMBEDDING].astype(np.int64))
 
 
 def unpack_logit_masks(packed: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -230,6 +244,8 @@ def _probe_one(kind: int, row: np.ndarray, temperature: float, k: int, ids: np.n
         p = softmax(row)
         nz = p[p > 0]
         return float(-(nz * np.log(nz)).sum())
+    if kind == ProbeKind.EMBEDDING:
+        raise ValueError("EMBEDDING probes read hidden states, not logits: use sample_and_probe(hidden=...)")
     raise ValueError(f"unknown probe kind {kind}; expected one of {[int(k) for k in ProbeKind]}")
 
 
@@ -264,18 +280,28 @@ def probe(
 
 
 def sample_and_probe(
-    batch: ForwardBatch, rows: np.ndarray, logits: np.ndarray, rng: np.random.Generator
+    batch: ForwardBatch,
+    rows: np.ndarray,
+    logits: np.ndarray,
+    rng: np.random.Generator,
+    hidden: np.ndarray | None = None,
 ) -> BatchOutput:
-    """Turn the logits of the needed rows into the batch's output.
+    """Turn the logits (and hidden states) of the needed rows into the batch's output.
 
     Args:
         batch: The forward batch.
         rows: Sorted token indices, as returned by :func:`logit_rows`.
         logits: float32 ``[len(rows), vocab]``, raw logits of those tokens.
         rng: Source of fresh randomness for rows with seed 0.
+        hidden: float32 ``[len(hidden_rows(batch)), hidden_size]``, the final hidden states
+            (after the final norm) of the rows :func:`hidden_rows` lists; needed only when the
+            batch has EMBEDDING probes.
 
     Returns:
         Sampled tokens and probe values.
+
+    Raises:
+        ValueError: The batch has EMBEDDING probes and ``hidden`` does not cover them.
     """
     vocab = logits.shape[1]
     masks = None if batch.logit_masks is None else unpack_logit_masks(batch.logit_masks, vocab)
@@ -296,17 +322,42 @@ def sample_and_probe(
     )
     if len(batch.probe_rows) == 0:
         return BatchOutput(tokens=tokens)
-    p_logits = logits[np.searchsorted(rows, batch.probe_rows)]
-    masked = np.asarray(batch.probe_masked)
+    is_embedding = batch.probe_kind == ProbeKind.EMBEDDING
+    if not is_embedding.any():
+        return BatchOutput(tokens=tokens, probes=_logit_probes(batch, rows, logits, masks))
+    values: list[Any] = [None] * len(batch.probe_rows)
+    on_logits = np.flatnonzero(~is_embedding)
+    if on_logits.size:
+        for q, value in zip(on_logits, _logit_probes(batch, rows, logits, masks, on_logits)):
+            values[q] = value
+    wanted = hidden_rows(batch)
+    if hidden is None or hidden.shape[0] != len(wanted):
+        got = "none" if hidden is None else f"{hidden.shape[0]} rows"
+        raise ValueError(f"EMBEDDING probes need the hidden states of rows {wanted.tolist()}, got {got}")
+    embedded = np.flatnonzero(is_embedding)
+    at = np.searchsorted(wanted, batch.probe_rows[embedded])
+    for q, i in zip(embedded, at):
+        values[q] = np.array(hidden[i], dtype=np.float32)
+    return BatchOutput(tokens=tokens, probes=tuple(values))
+
+
+def _logit_probes(
+    batch: ForwardBatch,
+    rows: np.ndarray,
+    logits: np.ndarray,
+    masks: np.ndarray | None,
+    select: np.ndarray | None = None,
+) -> tuple[Any, ...]:
+    """Values of the probe rows ``select`` (default: all) that read logits, in their order."""
+    q = np.arange(len(batch.probe_rows)) if select is None else select
+    p_logits = logits[np.searchsorted(rows, batch.probe_rows[q])]
+    masked = np.asarray(batch.probe_masked)[q]
     if masks is not None and (masked >= 0).any():
         sel = np.flatnonzero(masked >= 0)
         p_logits[sel] = np.where(masks[masked[sel]], p_logits[sel], np.float32(-np.inf))
-    values = probe(
-        p_logits,
-        batch.probe_kind,
-        batch.probe_temperature,
-        batch.probe_k,
-        batch.probe_token_ids,
-        batch.probe_token_indptr,
-    )
-    return BatchOutput(tokens=tokens, probes=values)
+    ids, indptr = batch.probe_token_ids, batch.probe_token_indptr
+    if select is not None:  # the token-id lists of the selected rows only
+        lo, hi = indptr[q], indptr[q + 1]
+        ids = np.concatenate([ids[a:b] for a, b in zip(lo, hi)]) if len(q) else ids[:0]
+        indptr = np.concatenate([[0], np.cumsum(hi - lo)])
+    return probe(p_logits, batch.probe_kind[q], batch.probe_temperature[q], batch.probe_k[q], ids, indptr)

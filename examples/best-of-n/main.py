@@ -1,8 +1,9 @@
 """Best-of-N: sample N candidates, score each by its mean token log-probability, keep the best.
 
-The prompt is prefilled once. Each candidate is sampled on a fork with its own seed; then a
-scoring pass on another fork runs the assistant cue plus the candidate's tokens and reads, with
-one ``Logprob`` probe per row, how likely the model found each token at that point.
+The prompt is prefilled once. Each candidate is sampled on a fork with its own seed; then it is
+scored on another fork: the assistant cue and the candidate go into the context's buffer, and
+one pass built over that buffer (``ctx.forward(flush=True)``) runs them with a ``Logprob`` probe
+on each row that predicts a candidate token.
 """
 
 import asyncio
@@ -16,11 +17,12 @@ async def sample(prefix: Context, sampler: Sampler, max_tokens: int) -> list[int
 
 
 async def mean_logprob(prefix: Context, tokens: list[int]) -> float:
-    """Row ``len(cue) - 1 + i`` of the pass predicts ``tokens[i]``."""
-    cue = chat.cue(prefix.model)
     with prefix.fork() as ctx:
-        fwd = ctx.forward().input(cue + tokens[:-1])
-        handles = [fwd.probe(len(cue) - 1 + i, Logprob(t)) for i, t in enumerate(tokens)]
+        ctx.cue()
+        first = len(ctx.buffer()) - 1  # the cue's last row predicts tokens[0]
+        ctx.append(tokens[:-1])
+        fwd = ctx.forward(flush=True)
+        handles = [fwd.probe(first + i, Logprob(t)) for i, t in enumerate(tokens)]
         out = await fwd.execute()
         logprobs = [out.logprobs(h)[0] for h in handles]
     return sum(logprobs) / len(logprobs)

@@ -1,23 +1,25 @@
 """Output validation: how likely is each candidate answer as the model's reply?
 
-The question is prefilled once; each candidate is scored on a fork by one pass over the
-assistant cue plus the candidate's tokens, with a ``Logprobs`` probe per row reading the
-log-probability of the candidate's next token. Candidates come back ranked, best first.
+The question is prefilled once. Each candidate is scored on a fork: the assistant cue and the
+candidate go into the context's buffer, and one pass built over that buffer
+(``ctx.forward(flush=True)``) runs them with a ``Logprobs`` probe on each row that predicts a
+candidate token. Candidates come back ranked, best first.
 """
 
 import asyncio
 
-from inferlet import Context, Logprobs, Model, chat, runtime
+from inferlet import Context, Logprobs, Model, runtime
 
 
 async def score(prefix: Context, tokens: list[int]) -> list[float]:
     """Per-token log-probabilities of ``tokens`` as the start of the assistant's reply."""
-    cue = chat.cue(prefix.model)
     with prefix.fork() as ctx:
-        fwd = ctx.forward().input(cue + tokens[:-1])
-        # Row len(cue) - 1 + i predicts tokens[i]. (A Logprobs probe can ask for several ids
-        # at one row; here each row needs one.)
-        handles = [fwd.probe(len(cue) - 1 + i, Logprobs([t])) for i, t in enumerate(tokens)]
+        ctx.cue()
+        first = len(ctx.buffer()) - 1  # the cue's last row predicts tokens[0]
+        ctx.append(tokens[:-1])
+        fwd = ctx.forward(flush=True)
+        # (A Logprobs probe can ask for several ids at one row; here each row needs one.)
+        handles = [fwd.probe(first + i, Logprobs([t])) for i, t in enumerate(tokens)]
         out = await fwd.execute()
         return [out.logprobs(h)[0] for h in handles]
 

@@ -12,7 +12,7 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pie_core.cli import backends, config_cmd, models, run
+    from pie_core.cli import auth, backends, config_cmd, conformance, models, run, serve
 
     parser = argparse.ArgumentParser(prog="pie", description="Pie: a programmable LLM serving engine.")
     parser.add_argument("--version", action="version", version=f"pie {__version__}")
@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     backends.register(sub)
     models.register(sub)
     config_cmd.register(sub)
+    conformance.register(sub)
+    serve.register(sub)
+    auth.register(sub)
     return parser
 
 

@@ -41,10 +41,20 @@ def register(sub: Any) -> None:
         "--file", action="append", default=[], metavar="PATH", help="queue a file for session.receive_file() (repeatable)"
     )
     p.add_argument("--output-dir", default="pie-output", help="where files the inferlet sends are written")
+    p.add_argument("--server", metavar="URL", help="run on a 'pie serve' server (ws://host:port) instead of locally")
+    p.add_argument("--token", help="token for --server (default: $PIE_TOKEN)")
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.server:
+        from pie_core.client.remote_run import run_remote
+
+        saver = _FileSaver(Path(args.output_dir), Path(args.target).name)
+        printer = _JsonlPrinter(saver) if args.events == "jsonl" else _TextPrinter(saver)
+        files = [_read_file(f) for f in args.file]
+        final = run_remote(args.server, args.target, args.trailing, files, printer, args.token)
+        return 0 if final.kind == "return" else 1
     manifest = load_manifest(find_inferlet(args.target))
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "HostContext",
     "create",
     "release",
+    "release_soon",
     "seq_len",
     "page_size",
     "truncate",
@@ -44,6 +46,11 @@ class HostContext:
         self.owner = owner
         self.kv = kv if kv is not None else KvContext(model.pool)
         self.lock = asyncio.Lock()
+        self.thread = threading.get_ident()
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         owner.resources.add(self)
 
     @property
@@ -67,6 +74,15 @@ def create(model: str) -> HostContext:
 def release(ctx: HostContext) -> None:
     """Free the context's pages now. Idempotent."""
     ctx.release()
+
+
+def release_soon(ctx: HostContext) -> None:
+    """Release from a finaliser, which may run on any thread: at once on the thread that owns
+    the context, otherwise handed to its event loop (page state is not thread-safe)."""
+    if threading.get_ident() == ctx.thread:
+        ctx.release()
+    elif ctx.loop is not None and not ctx.loop.is_closed():
+        ctx.loop.call_soon_threadsafe(ctx.release)
 
 
 def seq_len(ctx: HostContext) -> int:

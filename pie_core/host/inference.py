@@ -9,7 +9,7 @@ import numpy as np
 
 from pie_core import brle
 from pie_core.errors import InvalidInput, Unsupported
-from pie_core.hookspec import ProbeKind, SamplerKind
+from pie_core.hookspec import Capabilities, ProbeKind, SamplerKind
 from pie_core.host.context import HostContext
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
@@ -62,6 +62,8 @@ async def forward(
         raise Unsupported(f"backend {model.backend!r} does not support custom attention masks")
     if probes and "probes" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support probes")
+    if "embeddings" not in caps.features and any(p.kind == ProbeKind.EMBEDDING for p in probes):
+        raise Unsupported(f"backend {model.backend!r} does not support embedding probes (feature 'embeddings')")
     if logit_mask is not None and "logit_mask" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks")
     packed = None
@@ -72,11 +74,12 @@ async def forward(
         raise Unsupported(
             f"a pass with a custom attention mask may hold at most {caps.max_batch_tokens} tokens; got {n}"
         )
+    _check_limits(caps, model.backend, samples, n, attention_masks is not None, ctx.kv.length)
     async with ctx.lock:
         ctx.check_live()
         base = ctx.kv.length
         pos = _check_positions(positions, n, base, model.spec.max_position)
-        if attention_masks is None:
+        if attention_masks is None and n >= ctx.kv.page_size:
             rows = [s.index for s in samples] + [p.index for p in probes]
             done = ctx.kv.adopt_prefix(ids, pos, min(rows, default=n))
             if done:  # those tokens' pages came from the prefix cache
@@ -91,8 +94,9 @@ async def forward(
             masks = None
             if attention_masks is not None:
                 masks = _decode_masks(attention_masks, n, base + n)
-            chunk_samples = tuple(_shift(s, start) for s in samples if start <= s.index < stop)
-            chunk_probes = tuple(_shift(p, start) for p in probes if start <= p.index < stop)
+            kept = [i for i, s in enumerate(samples) if start <= s.index < stop]
+            chunk_samples = tuple(_shift(samples[i], start) for i in kept)
+            chunk_probes = tuple(_remask(_shift(p, start), kept) for p in probes if start <= p.index < stop)
             outputs.append(
                 await _run_chunk(ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes)
             )
@@ -131,8 +135,33 @@ async def _run_chunk(
     return out
 
 
+def _check_limits(
+    caps: Capabilities, backend: str, samples: Sequence[SampleSpec], n: int, masked: bool, base: int
+) -> None:
+    # The pass is cut into chunks of max_batch_tokens; each chunk must fit the backend's limits.
+    if len(samples) > caps.max_sample_rows:
+        per_chunk = np.bincount([s.index // caps.max_batch_tokens for s in samples])
+        if per_chunk.max() > caps.max_sample_rows:
+            raise InvalidInput(
+                f"{per_chunk.max()} sampled rows in one chunk of {caps.max_batch_tokens} tokens; "
+                f"backend {backend!r} takes at most {caps.max_sample_rows}: sample fewer rows per pass"
+            )
+    if masked and n * (base + n) > caps.max_mask_bytes:
+        raise InvalidInput(
+            f"a custom attention mask of {n} rows over {base + n} slots exceeds the backend's "
+            f"{caps.max_mask_bytes} mask entries: run fewer tokens per masked pass"
+        )
+
+
 def _shift(spec: _Spec, start: int) -> _Spec:
     return replace(spec, index=spec.index - start) if start else spec
+
+
+def _remask(spec: ProbeSpec, kept: list[int]) -> ProbeSpec:
+    """Renumber ``masked_by`` (an index into the pass's samples) for a chunk that keeps ``kept``."""
+    if spec.masked_by < 0:
+        return spec
+    return replace(spec, masked_by=kept.index(spec.masked_by) if spec.masked_by in kept else -1)
 
 
 def _check_tokens(tokens: Sequence[int], vocab: int) -> np.ndarray:
@@ -150,6 +179,10 @@ def _check_tokens(tokens: Sequence[int], vocab: int) -> np.ndarray:
 
 
 def _check_positions(positions: Sequence[int] | None, n: int, base: int, limit: int) -> np.ndarray:
+    if n == 1 and (positions is None or len(positions) == 1):  # the decode step: no numpy checks
+        p = base if positions is None else positions[0]
+        if isinstance(p, (int, np.integer)) and 0 <= p < limit:
+            return np.array([p], dtype=np.int32)
     if positions is None:
         pos = np.arange(base, base + n, dtype=np.int64)
     else:

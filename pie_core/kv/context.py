@@ -37,6 +37,7 @@ class KvContext:
 
     def __init__(self, pool: PagePool) -> None:
         self.pool = pool
+        self.page_size = pool.page_size
         self.pages: list[int] = []
         self.committed = 0
         self.length = 0
@@ -45,10 +46,6 @@ class KvContext:
         self.hashes: list[bytes] = []  # chain hash per committed page while shareable
         self.shareable = True
         self.released = False
-
-    @property
-    def page_size(self) -> int:
-        return self.pool.page_size
 
     @property
     def working_pages(self) -> int:

@@ -13,6 +13,7 @@ from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
+from pie_core.mcp.registry import McpRegistry
 from pie_core.runtime.broker import Broker
 from pie_core.plugins import available_backends, bind_backend
 from pie_core.scheduler.batcher import Batcher
@@ -68,7 +69,7 @@ class Engine:
         config: Any = None,
     ) -> None:
         self.backend = backend or default_backend_name()
-        self.options = options or BackendOptions()
+        self.options = options or BackendOptions(dtype="auto")  # each backend's best precision
         self.policy = policy
         self.config = config
         self.instance_id = uuid.uuid4().hex[:12]
@@ -76,6 +77,7 @@ class Engine:
         self.models: dict[str, LoadedModel] = {}
         self.snapshots = SnapshotStore()
         self.broker = Broker()
+        self.mcp = McpRegistry(config)  # MCP servers: configured ones start on first connect
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
@@ -125,3 +127,4 @@ class Engine:
     async def close(self) -> None:
         for model in self.models.values():
             await model.batcher.close()
+        await self.mcp.close()

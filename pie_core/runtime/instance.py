@@ -96,8 +96,8 @@ async def run_main(
     try:
         try:
             final = Event("return", _jsonable(await main(payload)))
-        except asyncio.CancelledError:
-            emit(Event("error", "cancelled"))
+        except asyncio.CancelledError as exc:  # task.cancel(reason) puts the reason in the event
+            emit(Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled"))
             raise
         except Exception as exc:  # the inferlet failed: its message becomes the Error event
             final = Event("error", _describe(exc))

@@ -60,6 +60,8 @@ class Batcher:
         self._caps = caps
         self._policy = policy
         self._queue: list[ForwardRequest] = []
+        self._queued_tokens = 0
+        self._want = 1  # queue length at which a submit wakes the run loop
         self._wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pie-backend")
@@ -74,11 +76,15 @@ class Batcher:
         if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)
             self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
             self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
+            self._queued_tokens = sum(r.num_tokens for r in self._queue)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="pie-batcher")
         request.future = loop.create_future()
         self._queue.append(request)
-        self._wakeup.set()
+        self._queued_tokens += request.num_tokens
+        # Wake the run loop only when it would act: waking it per submit costs a timer each time.
+        if len(self._queue) >= self._want or self._at_limit():
+            self._wakeup.set()
         return await request.future
 
     def enqueue_copy(self, kind: CopyKind, src: list[int], dst: list[int]) -> None:
@@ -115,6 +121,7 @@ class Batcher:
             if req.future is not None and not req.future.done():
                 req.future.set_exception(BackendError("the engine shut down before this pass ran"))
         self._queue.clear()
+        self._queued_tokens = 0
         self._executor.shutdown(wait=True)
 
     async def _run(self) -> None:
@@ -156,21 +163,25 @@ class Batcher:
         if self._policy == "greedy":
             return
         deadline = time.perf_counter() + self._last_duration
-        while len(self._queue) < self._last_size and not self._at_limit():
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return
-            self._wakeup.clear()
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except TimeoutError:
-                return
+        self._want = self._last_size
+        try:
+            while len(self._queue) < self._last_size and not self._at_limit():
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    return
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                except TimeoutError:
+                    return
+        finally:
+            self._want = 1
 
     def _at_limit(self) -> bool:
         caps = self._caps
         return (
             len(self._queue) >= caps.max_batch_requests
-            or sum(r.num_tokens for r in self._queue) >= caps.max_batch_tokens
+            or self._queued_tokens >= caps.max_batch_tokens
         )
 
     def _take(self) -> list[ForwardRequest]:
@@ -189,4 +200,5 @@ class Batcher:
                 break
             count += 1
         taken, self._queue = self._queue[:count], self._queue[count:]
+        self._queued_tokens -= sum(r.num_tokens for r in taken)
         return [r for r in taken if r.future is None or not r.future.cancelled()]

@@ -55,7 +55,8 @@ def test_every_example_has_a_loadable_manifest_and_async_main(name):
 def test_the_new_examples_are_all_there():
     for name in [
         "beam-search", "parallel-generation", "best-of-n", "tree-of-thought", "windowed-attention",
-        "watermarking", "output-validation", "interactive-chat",
+        "watermarking", "output-validation", "interactive-chat", "json-extraction", "regex-extract",
+        "tool-agent", "mcp-tools",
     ]:
         assert name in ALL
 

@@ -1,4 +1,5 @@
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -189,3 +190,27 @@ def test_stop_token_ends_generation_and_is_left_for_seal(dummy):
     tokens, stop, done, buffer, sealed, seal = dummy.value(main)
     assert tokens == [stop] and done
     assert buffer == [] and sealed == seal
+
+
+
+def test_a_pass_beyond_the_backends_sample_row_limit_is_refused_before_running(dummy):
+    loaded = dummy.engine.models[dummy.model]
+    caps = loaded.caps
+    loaded.caps = replace(caps, max_sample_rows=4)  # a backend that samples at most 4 rows per batch
+
+    async def main(_):
+        model = Model.load(runtime.models()[0])
+        with Context(model) as ctx:
+            fwd = ctx.forward().input([1] * 5)
+            fwd.sample(list(range(5)), Sampler.argmax())
+            try:
+                await fwd.execute()
+            except InvalidInput as err:
+                return str(err), ctx.seq_len
+        return "ran", None
+
+    try:
+        message, seq_len = dummy.value(main)
+    finally:
+        loaded.caps = caps
+    assert "takes at most 4" in message and seq_len == 0

@@ -31,16 +31,18 @@ def default_system_prompt(template: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def _tool_texts(template: str | None) -> tuple[str, str] | None:
-    """The text a template puts before and after a tool result, if it renders tool messages."""
+def _tool_texts(template: str | None) -> tuple[str, str, str] | None:
+    """The text a template puts before, between and after consecutive tool results (one turn
+    holds them all), if it renders tool messages."""
     if template is None or "tool" not in template:
         return None
-    text = render_chat_template(template, [{"role": "user", "content": _PROBE}, {"role": "tool", "content": _PROBE}])
+    tool = {"role": "tool", "content": _PROBE}
+    text = render_chat_template(template, [{"role": "user", "content": _PROBE}, tool, tool])
     after_user = text.split(_PROBE + "<|im_end|>\n", 1)
-    if len(after_user) != 2 or _PROBE not in after_user[1]:
+    if len(after_user) != 2 or after_user[1].count(_PROBE) != 2:
         return None
-    before, after = after_user[1].split(_PROBE, 1)
-    return before, after
+    before, between, after = after_user[1].split(_PROBE)
+    return before, between, after
 
 
 class ChatMLFormat(ChatFormat):
@@ -82,13 +84,13 @@ class ChatMLFormat(ChatFormat):
         text = render_chat_template(self.template, [*head, {"role": "user", "content": _PROBE}], tools=tools)
         return self.tokenizer.encode(text.split("<|im_start|>user\n" + _PROBE, 1)[0])
 
-    def tool_answer(self, value: Any) -> list[int]:
-        """The template's tool-result turn for ``value``."""
+    def tool_answer(self, *values: Any) -> list[int]:
+        """The template's turn carrying tool results ``values`` (one turn for all of them)."""
         if self.tool_texts is None:
             raise Unsupported("this model's chat template has no tool support")
-        content = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        before, after = self.tool_texts
-        return self.tokenizer.encode(before + content + after)
+        contents = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
+        before, between, after = self.tool_texts
+        return self.tokenizer.encode(before + between.join(contents) + after)
 
     def builder(self) -> ChatBuilder:
         return _ChatMLBuilder(self, inject_default=True)
@@ -101,8 +103,13 @@ class _ChatMLBuilder(ChatBuilder):
     def __init__(self, fmt: ChatMLFormat, inject_default: bool) -> None:
         self.fmt = fmt
         self.started = not inject_default
+        self.stateless = not inject_default
+        self.answers: tuple[Any, ...] = ()  # tool results waiting to be written as one turn
 
     def _open(self) -> list[int]:
+        if self.answers:  # the turn of the tool results given so far, then what follows
+            answers, self.answers = self.answers, ()
+            return self.fmt.tool_answer(*answers)
         if self.started:
             return []
         self.started = True
@@ -130,5 +137,12 @@ class _ChatMLBuilder(ChatBuilder):
         return self.fmt.tools_system(tools, system)
 
     def answer(self, name: str, value: Any) -> list[int]:
-        # Qwen's template merges consecutive tool messages into one turn; one answer per turn here.
-        return self._open() + self.fmt.tool_answer(value)
+        # Qwen's template writes consecutive tool results as one turn, so a builder keeps them
+        # until the next message or cue writes that turn; out of conversation it is written now.
+        if self.stateless:
+            return self.fmt.tool_answer(value)
+        if self.fmt.tool_texts is None:
+            raise Unsupported("this model's chat template has no tool support")
+        head = [] if self.answers else self._open()
+        self.answers += (value,)
+        return head

@@ -13,8 +13,11 @@ template (no date lines) is reproduced as well.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.models.chat_formats.base import ChatBuilder, ChatFormat
+from pie_core.models.chat_formats.llama3_tools import tool_answer, tools_opening
 from pie_core.models.chat_formats.template import render_chat_template
 from pie_core.models.tokenizer import Tokenizer
 
@@ -190,8 +193,12 @@ class _Llama3Builder(ChatBuilder):
     def __init__(self, fmt: Llama3Format, fresh: bool) -> None:
         self.fmt = fmt
         self.fresh = fresh
+        self.stateless = not fresh
+        self.tools_pending = False  # equip opened the first user turn; user() supplies its text
 
     def _open(self) -> list[int]:
+        if self.tools_pending:
+            raise InvalidInput("Llama 3 lists the tools in the first user message: add it (user) right after equip")
         if not self.fresh:
             return []
         self.fresh = False
@@ -204,6 +211,9 @@ class _Llama3Builder(ChatBuilder):
         return self.fmt.bos + self.fmt.tokenizer.encode(self.fmt.system_head + text.strip() + self.fmt.system_tail)
 
     def user(self, text: str) -> list[int]:
+        if self.tools_pending:
+            self.tools_pending = False
+            return self.fmt.tokenizer.encode(text.strip() + "<|eot_id|>")
         return self._open() + self.fmt.turn("user", text)
 
     def assistant(self, text: str) -> list[int]:
@@ -214,3 +224,13 @@ class _Llama3Builder(ChatBuilder):
 
     def seal(self) -> list[int]:
         return self.fmt.tokenizer.encode("<|eot_id|>")
+
+    def equip(self, tools: list[dict[str, Any]], system: str | None = None) -> list[int]:
+        if not self.stateless and not self.fresh:
+            raise InvalidInput("equip tools first: Llama 3 lists them in the conversation's opening turns")
+        text = tools_opening(self.fmt, tools, system, in_user=not self.stateless)
+        self.fresh, self.tools_pending = False, not self.stateless
+        return self.fmt.bos + self.fmt.tokenizer.encode(text)
+
+    def answer(self, name: str, value: Any) -> list[int]:
+        return self._open() + self.fmt.tokenizer.encode(tool_answer(self.fmt, value))

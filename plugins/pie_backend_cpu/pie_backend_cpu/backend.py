@@ -18,7 +18,7 @@ from pie_core.hookspec import (
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
-from pie_core.sampling import logit_rows, sample_and_probe
+from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
 from pie_backend_cpu.kv_store import KvStore, page_bytes
 from pie_backend_cpu.layout import check_batch
@@ -48,7 +48,7 @@ DEFAULT_HOST_PAGES = 64
 MAX_BUDGET_PAGES = 1 << 16
 """Cap on a pool sized from ``kv_memory_bytes`` (tiny models would otherwise get millions of
 pages, and the core keeps per-page bookkeeping)."""
-FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "offload"})
+FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload"})
 
 
 def _package_version() -> str:
@@ -143,17 +143,19 @@ class CpuBackend:
 
     @hookimpl
     def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:
-        """Write K/V, attend, and sample/probe the requested rows.
+        """Write K/V, attend, and sample/probe the requested rows (EMBEDDING probes read the
+        final hidden state after the output norm).
 
         Raises:
             RuntimeError: No model is loaded yet.
             ValueError: The batch is inconsistent (lengths, ranges, slots, masks).
         """
         model, caps = self._loaded()
+        caps.check_limits(batch)
         check_batch(batch, caps.vocab_size, caps.num_pages, caps.page_size)
         rows = logit_rows(batch)
-        logits = model.forward(batch, rows)
-        return sample_and_probe(batch, rows, logits, self._rng)
+        logits, hidden = model.forward(batch, rows, hidden_rows(batch))
+        return sample_and_probe(batch, rows, logits, self._rng, hidden)
 
     @hookimpl
     def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:

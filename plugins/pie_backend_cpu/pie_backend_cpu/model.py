@@ -2,7 +2,8 @@
 
 Dense layers run as one GEMM over all N tokens of the batch (prefill and decode rows mixed);
 attention is vectorised per request or per decode group (see ``attention``). Logits are only
-computed for the rows the batch samples or probes.
+computed for the rows the batch samples or probes, final hidden states only for the rows it
+probes for embeddings.
 """
 
 from __future__ import annotations
@@ -66,15 +67,20 @@ class Transformer:
         self.rope = RopeTables(spec)
         self.window = spec.sliding_window if any(spec.is_sliding(i) for i in range(spec.num_layers)) else None
 
-    def forward(self, batch: ForwardBatch, rows: np.ndarray) -> np.ndarray:
-        """Write the batch's K/V, run every layer, and return logits of the requested rows.
+    def forward(
+        self, batch: ForwardBatch, rows: np.ndarray, hidden_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Write the batch's K/V, run every layer, and return what the requested rows need.
 
         Args:
             batch: A checked batch.
             rows: Token indices (into the batch's N tokens) whose logits are returned.
+            hidden_rows: Token indices whose final hidden state (after the final norm) is
+                returned (EMBEDDING probes); None for none.
 
         Returns:
-            float32 ``[len(rows), vocab]``, C-contiguous.
+            float32 ``[len(rows), vocab]`` logits and float32 ``[len(hidden_rows), hidden]``
+            hidden states, both C-contiguous.
         """
         spec = self.spec
         n = batch.num_tokens
@@ -89,14 +95,17 @@ class Transformer:
             sliding = spec.is_sliding(i)
             cos, sin = tables[sliding and self.window is not None]
             x = self._layer(i, lw, x, cos, sin, layout, sliding)
+        hidden = np.zeros((0, spec.hidden_size), dtype=np.float32)
+        if hidden_rows is not None and hidden_rows.size:
+            hidden = _transpose(rms_norm(x[:, hidden_rows], self.weights.output_norm, spec.rms_norm_eps))
         if rows.size == 0:
-            return np.zeros((0, spec.vocab_size), dtype=np.float32)
+            return np.zeros((0, spec.vocab_size), dtype=np.float32), hidden
         h = rms_norm(x[:, rows] if len(rows) != n else x, self.weights.output_norm, spec.rms_norm_eps)
         logits = self.weights.lm_head @ h
         if spec.final_softcap is not None:
             cap = np.float32(spec.final_softcap)
             logits = np.tanh(logits / cap) * cap
-        return _transpose(logits)
+        return _transpose(logits), hidden
 
     def _layout(self, batch: ForwardBatch) -> BatchLayout:
         ps = self.store.page_size

@@ -1,0 +1,1 @@
+"""The conformance cases, one module per surface (collected by ``pytest --pyargs conformance``)."""

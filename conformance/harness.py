@@ -1,0 +1,217 @@
+"""The suite's view of one backend: how it is found, bound, loaded, and compared.
+
+A backend is named either by its entry point in ``pie.backends`` (``cpu``, ``torch``, ...) or,
+for a plugin not installed yet, by an import path ``package.module:Factory``. Every model the
+cases need is loaded into a fresh instance of the backend and, when numerics are checked, into
+the NumPy reference backend (entry point ``cpu``) with the same random weights.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pluggy
+
+from pie_core.errors import NotFound, Unsupported
+from pie_core.hookspec import BackendInfo, BackendOptions
+from pie_core.plugins import available_backends, bind_plugin
+
+from conformance.loaded import LoadedModel, not_supported
+from conformance.models import ARCHITECTURES, random_weights, tiny_spec
+from conformance.tolerances import Tolerance, tolerance_for
+
+__all__ = ["SuiteOptions", "Harness", "resolve_factory", "REFERENCE_BACKEND", "KNOWN_FEATURES"]
+
+REFERENCE_BACKEND = "cpu"
+"""Entry-point name of the numerical oracle."""
+
+KNOWN_FEATURES = frozenset(
+    {"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo", "offload", "system_speculation"}
+)
+"""Feature names the contract defines (a misspelt feature would silently never be used)."""
+
+DEFAULT_KV_PAGES = 512
+DEFAULT_HOST_PAGES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteOptions:
+    """What the suite was asked to check.
+
+    Attributes:
+        backend: Entry-point name or ``module:factory`` import path.
+        device: ``BackendOptions.device`` for the backend under test.
+        dtype: ``BackendOptions.dtype`` (None: the options' default).
+        page_size: Slots per KV page.
+        archs: Architectures the numeric cases run on.
+        numerics: ``"auto"`` (on unless the backend is the weightless dummy), ``"on"`` or ``"off"``.
+        atol, rtol: Override the declared tolerance of the backend's dtype.
+    """
+
+    backend: str
+    device: str = "cpu"
+    dtype: str | None = None
+    page_size: int = 16
+    archs: tuple[str, ...] = ARCHITECTURES
+    numerics: str = "auto"
+    atol: float | None = None
+    rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.archs if a not in ARCHITECTURES]
+        if unknown or not self.archs:
+            raise ValueError(f"--pie-arch must name architectures among {', '.join(ARCHITECTURES)}, got {unknown}")
+        if self.numerics not in ("auto", "on", "off"):
+            raise ValueError(f"--pie-numerics must be auto, on or off, not {self.numerics!r}")
+        if self.page_size < 1:
+            raise ValueError(f"--pie-page-size must be >= 1, got {self.page_size}")
+
+
+def resolve_factory(name: str) -> Callable[[], Any]:
+    """The zero-argument factory of a backend named by entry point or ``module:attr`` path.
+
+    Raises:
+        NotFound: No such entry point (the message lists the installed ones).
+        ImportError, AttributeError: The import path does not resolve.
+    """
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target  # type: ignore[no-any-return]
+    backends = available_backends()
+    if name not in backends:
+        names = ", ".join(sorted(backends)) or "none"
+        raise NotFound(f"unknown backend {name!r}; installed backends: {names}")
+    return backends[name].entry_point.load()  # type: ignore[no-any-return]
+
+
+class Harness:
+    """Binds the backend under test and loads the tiny models the cases use (each once)."""
+
+    def __init__(self, options: SuiteOptions) -> None:
+        self.options = options
+        self._factory: Callable[[], Any] | None = None
+        self._models: dict[tuple[str, int, int, bool], LoadedModel] = {}
+        self._info: BackendInfo | None = None
+
+    @property
+    def name(self) -> str:
+        return self.options.backend
+
+    def factory(self) -> Callable[[], Any]:
+        """The backend's factory (resolved once)."""
+        if self._factory is None:
+            self._factory = resolve_factory(self.options.backend)
+        return self._factory
+
+    def bind(self) -> pluggy.PluginManager:
+        """A fresh backend instance, bound and validated against the hook spec."""
+        return bind_plugin(self.factory()(), self.name)
+
+    def info(self) -> BackendInfo:
+        if self._info is None:
+            self._info = self.bind().hook.pie_backend_info()
+        return self._info
+
+    @property
+    def numeric(self) -> bool:
+        """Whether the numeric surfaces run (they compare against the NumPy reference)."""
+        if self.options.numerics != "auto":
+            return self.options.numerics == "on"
+        from pie_core.dummy_backend import DummyBackend
+
+        factory = self.factory()
+        return not (isinstance(factory, type) and issubclass(factory, DummyBackend))
+
+    def backend_options(self, kv_pages: int, host_pages: int) -> BackendOptions:
+        extra: dict[str, Any] = {}
+        if self.options.dtype is not None:
+            extra["dtype"] = self.options.dtype
+        return BackendOptions(
+            device=self.options.device,
+            page_size=self.options.page_size,
+            kv_pages=kv_pages,
+            host_pages=host_pages,
+            **extra,
+        )
+
+    def model(self, arch: str | None = None) -> LoadedModel:
+        """The tiny ``arch`` model (the first selected architecture by default), loaded once."""
+        return self.load(arch or self.options.archs[0])
+
+    def load(
+        self,
+        arch: str,
+        kv_pages: int = DEFAULT_KV_PAGES,
+        host_pages: int = DEFAULT_HOST_PAGES,
+        *,
+        reference: bool = True,
+    ) -> LoadedModel:
+        """Load ``arch`` into a fresh backend instance (cached per pool size).
+
+        An ``Unsupported`` error from the load makes the case "not supported" (the backend does
+        not run that architecture); any other error fails it.
+
+        Raises:
+            Exception: Whatever binding or ``pie_backend_load_model`` raised.
+        """
+        key = (arch, kv_pages, host_pages, reference)
+        if key in self._models:
+            return self._models[key]
+        spec = tiny_spec(arch)
+        pm = self.bind()
+        try:
+            caps = pm.hook.pie_backend_load_model(
+                spec=spec, weights=random_weights(spec), options=self.backend_options(kv_pages, host_pages)
+            )
+        except Unsupported as exc:  # a backend may leave an architecture out, saying so
+            not_supported(f"the backend does not run {arch}: {exc}")
+        tol = self.tolerance(caps.dtype)
+        ref = self._reference(arch, caps.num_pages, caps.num_host_pages) if reference and self.numeric else None
+        model = LoadedModel(spec, pm.hook, caps, tol, ref, "backend")
+        self._models[key] = model
+        return model
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return tolerance_for(dtype, self.options.atol, self.options.rtol)
+
+    def _reference(self, arch: str, kv_pages: int, host_pages: int) -> LoadedModel:
+        try:
+            factory = resolve_factory(REFERENCE_BACKEND)
+        except NotFound as exc:
+            raise RuntimeError(
+                "the numeric surfaces compare against the NumPy reference backend: "
+                "pip install pie-backend-cpu (or pass --pie-numerics off)"
+            ) from exc
+        spec = tiny_spec(arch)
+        pm = bind_plugin(factory(), REFERENCE_BACKEND)
+        options = BackendOptions(
+            page_size=self.options.page_size, kv_pages=kv_pages, host_pages=max(host_pages, 1)
+        )
+        caps = pm.hook.pie_backend_load_model(spec=spec, weights=random_weights(spec), options=options)
+        return LoadedModel(spec, pm.hook, caps, self.tolerance("float32"), None, "reference")
+
+    def require_numerics(self) -> None:
+        """Skip as "not supported" when the numeric surfaces are off."""
+        if not self.numeric:
+            not_supported("numeric surfaces are off for this backend (weightless, or --pie-numerics off)")
+
+    def describe(self) -> dict[str, Any]:
+        """What the report header shows; never raises (a broken backend shows its error)."""
+        out: dict[str, Any] = {"device": self.options.device}
+        try:
+            info = self.info()
+            out.update(version=info.version, contract=info.contract_version)
+        except Exception as exc:  # the cases report the failure itself
+            out["error"] = f"{type(exc).__name__}: {exc}"
+            return out
+        loaded = next(iter(self._models.values()), None)
+        if loaded is not None:
+            out.update(dtype=loaded.caps.dtype, tolerance=str(loaded.tolerance))
+            out["features"] = sorted(loaded.caps.features)
+        out["numerics"] = "on" if self.numeric else "off"
+        return out

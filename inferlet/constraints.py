@@ -1,0 +1,252 @@
+"""Constraints on generation: ``from inferlet import AnyJson, JsonSchema, Regex, Ebnf``.
+
+Two protocols:
+
+- a **Schema** describes output and builds a constraint for a model
+  (``build_constraint(model)``); :class:`AnyJson`, :class:`JsonSchema`, :class:`Regex` and
+  :class:`Ebnf` are the built-in ones. Schemas hold no state, so one schema serves any number
+  of generators.
+- a **Constraint** is stateful: before each sampled token the generator calls
+  ``step(accepted)`` with the tokens accepted since the previous call (``[]`` the first time)
+  and applies the BRLE mask it returns (``[]`` = no restriction this step).
+  :class:`~inferlet.grammar.GrammarConstraint` is the built-in one.
+
+``ctx.generate(..., constrain=c)`` takes one schema or constraint or a list of them, and
+``g.constrain(c)`` adds more: the masks are ANDed, together with a static ``logit_mask``. A step
+whose combined mask allows no token raises ``InvalidInput`` instead of sampling. A stop token
+can end generation only when every grammar constraint can end, and generation ends when a
+grammar constraint has accepted its stop token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from pie_core.host import grammar as _host
+from pie_core.host.errors import InvalidInput
+from inferlet.grammar import Grammar, GrammarConstraint
+from inferlet.model import Model
+
+if TYPE_CHECKING:
+    from inferlet.forward import Forward
+
+__all__ = ["Schema", "Constraint", "AnyJson", "JsonSchema", "Regex", "Ebnf", "ConstraintSet", "as_schema", "parse_json"]
+
+
+@runtime_checkable
+class Constraint(Protocol):
+    """Anything with ``step(accepted) -> BRLE mask`` (``[]`` for no restriction)."""
+
+    def step(self, accepted: list[int]) -> list[int]: ...
+
+
+@runtime_checkable
+class Schema(Protocol):
+    """Anything with ``build_constraint(model) -> Constraint``."""
+
+    def build_constraint(self, model: Model) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AnyJson:
+    """Any valid JSON (on one line unless ``whitespace``)."""
+
+    whitespace: bool = False
+
+    def build_constraint(self, model: Model) -> GrammarConstraint:
+        """A fresh constraint for ``model``."""
+        return GrammarConstraint.from_grammar(Grammar.json(whitespace=self.whitespace), model)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonSchema:
+    """JSON conforming to a JSON Schema (text or dict); validated when built.
+
+    Attributes:
+        schema: The JSON Schema.
+        whitespace: Allow any whitespace between JSON tokens (default: one line, ``", "`` and
+            ``": "`` separators).
+    """
+
+    schema: str | dict[str, Any]
+    whitespace: bool = False
+
+    def __post_init__(self) -> None:
+        _host.json_schema(self.schema, whitespace=self.whitespace)
+
+    def build_constraint(self, model: Model) -> GrammarConstraint:
+        """A fresh constraint for ``model``."""
+        grammar = Grammar.from_json_schema(self.schema, whitespace=self.whitespace)
+        return GrammarConstraint.from_grammar(grammar, model)
+
+
+@dataclass(frozen=True, slots=True)
+class Regex:
+    """Text matching a regular expression in full; validated when built."""
+
+    pattern: str
+
+    def __post_init__(self) -> None:
+        _host.regex(self.pattern)
+
+    def build_constraint(self, model: Model) -> GrammarConstraint:
+        """A fresh constraint for ``model``."""
+        return GrammarConstraint.from_regex(self.pattern, model)
+
+
+@dataclass(frozen=True, slots=True)
+class Ebnf:
+    """A custom grammar in Lark format (``start: ...``); GBNF (``root ::= ...``) works too."""
+
+    source: str
+
+    def __post_init__(self) -> None:
+        _host.ebnf(self.source)
+
+    def build_constraint(self, model: Model) -> GrammarConstraint:
+        """A fresh constraint for ``model``."""
+        return GrammarConstraint.from_ebnf(self.source, model)
+
+
+_UNSET = np.zeros(0, dtype=np.uint8)  # "not computed yet" (None means "no restriction")
+
+
+class ConstraintSet:
+    """The constraints of one generator, ANDed. Internal: the generator's bookkeeping.
+
+    Masks are packed (``uint8[ceil(vocab/8)]``). Grammar constraints advance eagerly as tokens
+    are accepted and fill their masks once per step; other constraints are stepped lazily, when
+    the next mask is needed, with the tokens accepted since.
+    """
+
+    def __init__(self, model: Model, static_mask: Sequence[int] | None = None) -> None:
+        """Start with no constraint but ``static_mask`` (BRLE), if given.
+
+        Raises:
+            Unsupported: The model's backend does not apply logit masks.
+        """
+        _host.check_masks(model.name)
+        self._model = model
+        self._grammars: list[GrammarConstraint] = []
+        self._others: list[Any] = []
+        self._pending: list[int] = []
+        self._static = None if static_mask is None else _host.packed_mask(model.name, static_mask)
+        self._mask: np.ndarray | None = _UNSET
+        self._accepted = 0
+
+    def add(self, item: Any) -> None:
+        """Add a schema, a constraint, or a list of them.
+
+        Raises:
+            TypeError: Something that is neither.
+            InvalidInput: A grammar constraint compiled for another model.
+        """
+        if isinstance(item, (list, tuple)):
+            for each in item:
+                self.add(each)
+            return
+        if isinstance(item, GrammarConstraint):
+            if item.model_name != self._model.name:
+                raise InvalidInput(
+                    f"this constraint was built for model {item.model_name!r}, the generator runs on {self._model.name!r}"
+                )
+            self._grammars.append(item)
+        elif callable(getattr(item, "build_constraint", None)):
+            built = item.build_constraint(self._model)
+            if not callable(getattr(built, "step", None)):
+                raise TypeError(f"{type(item).__name__}.build_constraint() must return a Constraint, got {type(built).__name__}")
+            self.add(built)
+            return
+        elif callable(getattr(item, "step", None)):
+            self._others.append(item)
+        else:
+            raise TypeError(
+                "constrain= takes a Schema (AnyJson, JsonSchema, Regex, Ebnf or any object with "
+                f"build_constraint(model)) or a Constraint (an object with step(accepted)), got {type(item).__name__}"
+            )
+        self._mask = _UNSET
+
+    @property
+    def ended(self) -> bool:
+        """True when a grammar constraint accepted its stop token."""
+        return any(g.matcher._h.is_terminated for g in self._grammars)
+
+    async def ready(self) -> None:
+        """Wait for every grammar to compile (off the event loop, under its time limit)."""
+        for g in self._grammars:
+            await g.matcher.ready()
+
+    def mask(self) -> np.ndarray | None:
+        """The packed mask for the next token (None: no restriction).
+
+        Raises:
+            InvalidInput: The constraints together allow no token.
+        """
+        if self._mask is _UNSET:
+            masks = [g.matcher._h.packed() for g in self._grammars]
+            pending, self._pending = self._pending, []
+            for c in self._others:
+                runs = c.step(list(pending))
+                if runs:
+                    masks.append(_host.packed_mask(self._model.name, runs))
+            if self._static is not None:
+                masks.append(self._static)
+            mask = None if not masks else masks[0] if len(masks) == 1 else np.bitwise_and.reduce(masks)
+            if mask is not None and not mask.any():
+                raise InvalidInput(
+                    f"the generator's constraints allow no token after {self._accepted} accepted tokens: a grammar "
+                    "that can neither continue nor end here, or ANDed constraints (and logit_mask) with no token "
+                    "in common: loosen one of them"
+                )
+            self._mask = mask
+        return self._mask
+
+    def admits(self, token: int) -> bool:
+        """Whether ``token`` is allowed next."""
+        mask = self.mask()
+        return mask is None or (0 <= token < len(mask) * 8 and bool((mask[token >> 3] >> (token & 7)) & 1))
+
+    def accept(self, token: int) -> None:
+        """Advance every constraint over ``token`` (which :meth:`admits` allowed)."""
+        for g in self._grammars:
+            if not g.matcher._h.try_accept(token):
+                raise InvalidInput(f"token {token} is not allowed by {g!r}; check admits() before accept()")
+        self._pending.append(token)
+        self._accepted += 1
+        self._mask = _UNSET
+
+    def attach(self, fwd: Forward) -> None:
+        """Apply the next token's mask to every sample row of ``fwd``."""
+        mask = self.mask()
+        if mask is not None:
+            fwd._samples = [dataclasses.replace(s, logit_mask=mask) for s in fwd._samples]
+
+
+def as_schema(schema: Any) -> Any:
+    """``collect_json``'s ``schema``: None (any JSON), a JSON Schema (text or dict), or a Schema
+    or Constraint as is."""
+    if schema is None:
+        return AnyJson()
+    if isinstance(schema, (str, dict, bool)):
+        return JsonSchema(schema)  # type: ignore[arg-type]
+    return schema
+
+
+def parse_json(text: str, generated: int) -> Any:
+    """The value of a constrained reply.
+
+    Raises:
+        InvalidInput: ``text`` is not complete JSON (generation stopped before the grammar ended).
+    """
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InvalidInput(
+            f"the reply is not complete JSON ({e}); generation stopped after {generated} tokens "
+            "before the JSON ended: raise max_tokens"
+        ) from None

@@ -1,0 +1,241 @@
+"""Decoded generation: ``async for event in ctx.generate(sampler, decode=True): ...``.
+
+:class:`Decoder` turns generated token ids into :class:`Event` values, built on
+:class:`inferlet.chat.Decoder` (visible text, end of turn) and, with ``reasoning=True``,
+:class:`inferlet.reasoning.Decoder` (the model's thinking block). :class:`EventStream` drives a
+:class:`~inferlet.generator.Generator` and yields those events, ending with ``Event.Done``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Union
+
+from inferlet import chat, reasoning as _reasoning
+from inferlet.model import Model
+
+if TYPE_CHECKING:
+    from inferlet.generator import Generator
+
+__all__ = ["Event", "Decoder", "EventStream"]
+
+
+class Event:
+    """Events of a decoded generation (match on ``Event.Text(text=t)`` etc.)."""
+
+    @dataclass(frozen=True, slots=True)
+    class Text:
+        """A chunk of the visible reply."""
+
+        text: str
+
+    @dataclass(frozen=True, slots=True)
+    class Thinking:
+        """A chunk of the model's reasoning (only with ``reasoning=True``)."""
+
+        text: str
+
+    @dataclass(frozen=True, slots=True)
+    class ThinkingDone:
+        """The reasoning block closed (or generation ended inside it): ``text`` is all of it."""
+
+        text: str
+
+    @dataclass(frozen=True, slots=True)
+    class ToolCallStart:
+        """A tool call started assembling (only with ``tool_use=True``)."""
+
+    @dataclass(frozen=True, slots=True)
+    class ToolCall:
+        """A complete tool call: ``arguments`` is JSON text."""
+
+        name: str
+        arguments: str
+
+    @dataclass(frozen=True, slots=True)
+    class Done:
+        """Generation finished: ``text`` is the whole visible reply (reasoning excluded)."""
+
+        text: str
+
+
+AnyEvent = Union[Event.Text, Event.Thinking, Event.ThinkingDone, Event.ToolCallStart, Event.ToolCall, Event.Done]
+
+
+def _tool_call_decoder(model: Model) -> Any:
+    """The tool-call detector behind ``tool_use=True`` (its Start/Call events become
+    ToolCallStart/ToolCall)."""
+    from inferlet import tools  # imported here: tools pulls in the grammar machinery
+
+    return tools.Decoder(model)
+
+
+class Decoder:
+    """Turns generated token ids into :class:`Event` values, one batch at a time.
+
+    Visible text streams as ``Event.Text``; a chat-format stop token (or :meth:`finish`) gives
+    ``Event.Done`` with the whole reply. With ``reasoning=True`` the tokens between the chat
+    format's reasoning markers (Qwen 3's ``<think>`` ... ``</think>``) stream as
+    ``Event.Thinking`` and close with ``Event.ThinkingDone``; the newlines the format puts
+    between ``</think>`` and the answer are not part of the reply. A model whose format has no
+    reasoning markers never thinks. With ``tool_use=True`` a tool call in the model's own
+    syntax (:mod:`inferlet.tools`) gives ``Event.ToolCallStart`` when it opens and
+    ``Event.ToolCall(name, arguments)`` when it completes; its text is not part of the reply.
+    Text is UTF-8 safe: a character split across tokens comes out whole, once complete.
+    """
+
+    def __init__(self, model: Model, *, reasoning: bool = False, tool_use: bool = False) -> None:
+        """Watch ``model``'s generations (``reasoning``/``tool_use``: also report those)."""
+        self._tools = _tool_call_decoder(model) if tool_use else None
+        self._chat = chat.Decoder(model)
+        self._thinking = _reasoning.Decoder(model) if reasoning else None
+        if self._thinking is not None and self._thinking.markers is None:
+            self._thinking = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything fed so far."""
+        self._chat.reset()
+        if self._thinking is not None:
+            self._thinking.reset()
+        if self._tools is not None:
+            self._tools.reset()
+        self._reply: list[str] = []
+        self._after_thinking = False
+
+    def feed(self, tokens: Iterable[int]) -> list[AnyEvent]:
+        """Consume generated tokens; return the events they complete, in order (often none)."""
+        events: list[AnyEvent] = []
+        for tok in tokens:
+            if self._thinks(tok):
+                events.extend(self._feed_thinking(tok))
+                continue
+            in_call = self._feed_tools(tok, events)
+            ev = self._chat.feed([tok])
+            if isinstance(ev, chat.Event.Delta) and not in_call:
+                events.extend(self._text(ev.text))
+            elif isinstance(ev, chat.Event.Done):
+                events.append(Event.Done("".join(self._reply)))
+                self.reset()
+            # Idle (an incomplete character) and Interrupt (a control token) add no text.
+        return events
+
+    def finish(self) -> list[AnyEvent]:
+        """End the turn without a stop token (e.g. ``max_tokens`` reached): close an open
+        reasoning block, then ``Done`` with the reply so far (an incomplete trailing
+        character is dropped)."""
+        events: list[AnyEvent] = []
+        if self._thinking is not None and self._thinking.inside:
+            events.append(Event.ThinkingDone(self._thinking.text()))
+        events.append(Event.Done("".join(self._reply)))
+        self.reset()
+        return events
+
+    def _feed_tools(self, tok: int, events: list[AnyEvent]) -> bool:
+        """Feed the tool-call detector; True while ``tok`` belongs to a call."""
+        tools = self._tools
+        if tools is None:
+            return False
+        was_inside = tools.inside
+        ev = tools.feed([tok])
+        while True:
+            name = type(ev).__name__
+            if name == "Start":
+                events.append(Event.ToolCallStart())
+            elif name == "Call":
+                events.append(Event.ToolCall(ev.name, ev.args))
+            else:
+                break
+            ev = tools.feed([])  # a batch may complete several calls; they come one per feed
+            was_inside = True
+        return was_inside or tools.inside
+
+    def _thinks(self, tok: int) -> bool:
+        t = self._thinking
+        return t is not None and (t.inside or (t.markers is not None and tok == t.markers[0]))
+
+    def _feed_thinking(self, tok: int) -> list[AnyEvent]:
+        assert self._thinking is not None
+        ev = self._thinking.feed([tok])
+        if isinstance(ev, _reasoning.Event.Delta):
+            return [Event.Thinking(ev.text)]
+        if isinstance(ev, _reasoning.Event.End):
+            self._after_thinking = True
+            return [Event.ThinkingDone(ev.text)]
+        return []
+
+    def _text(self, text: str) -> list[AnyEvent]:
+        if self._after_thinking:  # the format's separator after </think>, not the reply
+            text = text.lstrip("\n")
+            self._after_thinking = not text
+        if not text:
+            return []
+        self._reply.append(text)
+        return [Event.Text(text)]
+
+
+class EventStream:
+    """A generator's output as events: ``async for event in ctx.generate(s, decode=True)``.
+
+    Each iteration runs generator steps until they complete an event. The stream ends after
+    ``Event.Done``, which always comes last: at the generator's stop token (which, like in
+    :meth:`Generator.collect_text`, is not part of the text) or when ``max_tokens`` ends it.
+    Leaving the loop early (``break``) just stops generating; the context keeps what was
+    generated so far.
+    """
+
+    def __init__(self, generator: Generator, decoder: Decoder) -> None:
+        self._gen = generator
+        self._dec = decoder
+        self._pending: deque[AnyEvent] = deque()
+        self._ended = False
+
+    @property
+    def generator(self) -> Generator:
+        """The underlying generator (builder methods, ``tokens_generated``, ``is_done``)."""
+        return self._gen
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> AnyEvent:
+        while not self._pending:
+            if self._ended:
+                raise StopAsyncIteration
+            self._queue(await self._step())
+        return self._pending.popleft()
+
+    async def text(self) -> str:
+        """Run to the end and return ``Event.Done``'s text (the whole visible reply)."""
+        done = ""
+        async for event in self:
+            if isinstance(event, Event.Done):
+                done = event.text
+        return done
+
+    async def tokens(self) -> list[int]:
+        """Run to the end and return every token the generator accepted."""
+        async for _ in self:
+            pass
+        return await self._gen.collect_tokens()  # already done: returns what it accepted
+
+    async def _step(self) -> list[AnyEvent]:
+        gen = self._gen
+        if gen.is_done:
+            return self._dec.finish()
+        out = await (await gen.__anext__()).execute()
+        tokens = out.tokens
+        if gen.is_done and tokens and tokens[-1] in gen._stop:  # the stop token is not text
+            tokens = tokens[:-1]
+        events = self._dec.feed(tokens)
+        if gen.is_done and not any(isinstance(e, Event.Done) for e in events):
+            events += self._dec.finish()
+        return events
+
+    def _queue(self, events: list[AnyEvent]) -> None:
+        for event in events:
+            self._pending.append(event)
+            if isinstance(event, Event.Done):
+                self._ended = True
+                return

@@ -1,0 +1,79 @@
+"""``pie serve``: run the engine behind a WebSocket + HTTP server (docs/server.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pie_core.cli.progress import loading_bar
+from pie_core.errors import InvalidInput
+
+__all__ = ["register", "is_loopback"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve inferlets to clients over WebSocket, plus OpenAI-compatible HTTP",
+        description="Serve an engine: WebSocket protocol for the Pie client SDK, and /v1/chat/completions, "
+        "/v1/completions, /v1/models, /health and /metrics over HTTP on the same port.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default: 8080; 0 picks a free one)")
+    p.add_argument("--backend", help="backend name (see 'pie backends'); default: torch if installed, else cpu")
+    p.add_argument("--model", help="model name (see 'pie model list'); default: the configured default")
+    p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
+    p.add_argument("--no-auth", action="store_true", help="let every client in as user 'local' (loopback hosts only)")
+    p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
+    p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
+    p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
+    p.set_defaults(handler=_serve)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pie_core.runtime.engine import Engine
+    from pie_core.server import Authenticator, PieServer, ServerOptions
+
+    if args.no_auth and not is_loopback(args.host):
+        raise InvalidInput(
+            f"refusing --no-auth on {args.host}: anyone who reaches that address could run code on this machine. "
+            "Bind a loopback host (--host 127.0.0.1) or keep auth on and add users with 'pie auth add NAME'."
+        )
+    auth = Authenticator.from_config(enabled=not args.no_auth)
+    if auth.enabled and auth.user_count == 0:
+        raise InvalidInput("auth is on but no users exist: add one with 'pie auth add NAME' (or use --no-auth on a loopback host)")
+    console = Console(stderr=True)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy)
+    with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
+        engine.load(args.model, progress=progress)
+    options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval)
+    server = PieServer(engine, options, auth=auth, console=console)
+
+    async def run() -> None:
+        await server.start()
+        mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
+        console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
+                    f"{', '.join(engine.models)} on {engine.backend} · {mode}", soft_wrap=True)
+        await server.serve_until_signalled()
+        console.print("pie serve stopped")
+
+    asyncio.run(run())
+    return 0

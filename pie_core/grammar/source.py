@@ -1,0 +1,179 @@
+"""Grammar sources: what a constraint is written in, validated, before any tokenizer is involved.
+
+A :class:`GrammarSource` is a small hashable value (its kind and its text), so compiled grammars
+can be cached per (source, tokenizer). Building one parses it with ``xgrammar`` right away, so a
+malformed schema, regex or grammar is an :class:`~pie_core.errors.InvalidInput` at construction
+time, not a failure somewhere inside a generation.
+
+EBNF comes in two dialects, both compiled by ``xgrammar`` itself:
+
+- **GBNF** (llama.cpp's EBNF): rules written ``name ::= ...``, the start rule is ``root``.
+- **Lark**: rules written ``name: ...``, the start rule is ``start``; ``%import common.X`` and
+  ``%ignore`` work.
+
+A source in which some line starts a rule with ``::=`` is read as GBNF, anything else as Lark.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import xgrammar as xgr
+
+from pie_core.errors import InvalidInput
+
+__all__ = [
+    "GrammarKind",
+    "GrammarSource",
+    "json_schema",
+    "any_json",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "is_gbnf",
+]
+
+GrammarKind = Literal["json_schema", "json", "regex", "gbnf", "lark", "structural_tag"]
+
+_GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*::=", re.M)
+_XGR_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+?:\d+:\s*")  # "[06:43:04] /project/cpp/x.cc:106: "
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarSource:
+    """A grammar as text: ``kind`` says how ``text`` is read.
+
+    Attributes:
+        kind: ``json_schema`` (a JSON Schema), ``json`` (any JSON value), ``regex``,
+            ``gbnf``, ``lark``, or ``structural_tag`` (xgrammar's structural-tag JSON, used for
+            tool calls).
+        text: The schema, pattern or grammar text (empty for ``json``).
+        whitespace: For ``json_schema`` and ``json``: allow any whitespace between JSON tokens.
+            The default (False) writes JSON on one line with ``", "`` and ``": "`` separators,
+            which keeps small models from looping on whitespace.
+    """
+
+    kind: GrammarKind
+    text: str = ""
+    whitespace: bool = False
+
+    def build(self) -> xgr.Grammar:
+        """The parsed ``xgrammar.Grammar`` (memoised).
+
+        Raises:
+            InvalidInput: The text does not parse; the message says where.
+        """
+        return _build(self)
+
+    def describe(self) -> str:
+        """A short name for messages: ``JSON schema``, ``regex '[0-9]+'``..."""
+        names = {"json_schema": "JSON schema", "json": "JSON", "regex": "regex", "gbnf": "GBNF grammar",
+                 "lark": "Lark grammar", "structural_tag": "tool-call grammar"}
+        if self.kind == "regex":
+            shown = self.text if len(self.text) <= 40 else self.text[:37] + "..."
+            return f"regex {shown!r}"
+        return names[self.kind]
+
+
+def json_schema(schema: str | Mapping[str, Any] | bool, *, whitespace: bool = False) -> GrammarSource:
+    """A source for JSON conforming to ``schema`` (a JSON Schema as text or as a dict).
+
+    Raises:
+        InvalidInput: ``schema`` is not valid JSON, not an object (or boolean), or uses a type,
+            reference or keyword combination xgrammar cannot turn into a grammar.
+    """
+    if isinstance(schema, (str, bytes)):
+        try:
+            value = json.loads(schema)
+        except ValueError as e:
+            raise InvalidInput(f"JSON schema is not valid JSON: {e}") from None
+    else:
+        value = schema
+    if not isinstance(value, (dict, bool)):
+        raise InvalidInput(f"a JSON schema must be a JSON object (or true/false), got {type(value).__name__}")
+    try:
+        text = json.dumps(value, sort_keys=False, ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput(f"JSON schema cannot be encoded as JSON: {e}") from None
+    return _checked(GrammarSource("json_schema", text, whitespace))
+
+
+def any_json(*, whitespace: bool = False) -> GrammarSource:
+    """A source for any JSON value: on one line with ``", "`` and ``": "`` separators, or with
+    ``whitespace=True`` xgrammar's built-in JSON grammar (any whitespace between tokens)."""
+    return GrammarSource("json", "", whitespace)
+
+
+def regex(pattern: str) -> GrammarSource:
+    """A source for strings that match ``pattern`` in full.
+
+    Raises:
+        InvalidInput: The pattern does not parse or uses a feature xgrammar lacks (lookbehind,
+            backreferences).
+    """
+    if not isinstance(pattern, str):
+        raise InvalidInput(f"a regex must be a string, got {type(pattern).__name__}")
+    return _checked(GrammarSource("regex", pattern))
+
+
+def ebnf(text: str) -> GrammarSource:
+    """A source for a GBNF (``root ::= ...``) or Lark (``start: ...``) grammar.
+
+    Raises:
+        InvalidInput: The grammar has a syntax error or references an undefined rule.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("an EBNF grammar must be a non-empty string")
+    return _checked(GrammarSource("gbnf" if is_gbnf(text) else "lark", text))
+
+
+def structural_tag(tag_json: str) -> GrammarSource:
+    """A source for an xgrammar structural tag (JSON), e.g. a model's tool-call format.
+
+    Raises:
+        InvalidInput: The tag is malformed.
+    """
+    return _checked(GrammarSource("structural_tag", tag_json))
+
+
+def is_gbnf(text: str) -> bool:
+    """Whether ``text`` reads as GBNF (some line starts a rule with ``::=``) rather than Lark."""
+    return _GBNF_RULE.search(text) is not None
+
+
+def _checked(source: GrammarSource) -> GrammarSource:
+    source.build()
+    return source
+
+
+@functools.lru_cache(maxsize=256)
+def _build(source: GrammarSource) -> xgr.Grammar:
+    try:
+        if source.kind == "json_schema":
+            return xgr.Grammar.from_json_schema(source.text, any_whitespace=source.whitespace, strict_mode=True)
+        if source.kind == "json":
+            if source.whitespace:
+                return xgr.Grammar.builtin_json_grammar()
+            return xgr.Grammar.from_json_schema("{}", any_whitespace=False)
+        if source.kind == "regex":
+            return xgr.Grammar.from_regex(source.text)
+        if source.kind == "gbnf":
+            return xgr.Grammar.from_ebnf(source.text)
+        if source.kind == "lark":
+            return xgr.Grammar.from_lark(source.text)
+        if source.kind == "structural_tag":
+            return xgr.Grammar.from_structural_tag(source.text)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise InvalidInput(f"invalid {source.describe()}: {clean_error(e)}") from None
+    raise InvalidInput(f"unknown grammar kind {source.kind!r}")
+
+
+def clean_error(error: BaseException) -> str:
+    """xgrammar's error text without its timestamp and C++ file prefix."""
+    lines = [_XGR_PREFIX.sub("", line) for line in str(error).strip().splitlines()]
+    text = "\n".join(line for line in lines if line.strip())
+    return text.replace("Check failed: (error.empty()) is false: ", "")

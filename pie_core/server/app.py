@@ -1,0 +1,214 @@
+"""``PieServer``: the engine behind a WebSocket + HTTP endpoint (``pie serve``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from pie_core.config import config_home
+from pie_core.errors import PieError
+from pie_core.runtime.engine import Engine
+from pie_core.server import openai
+from pie_core.server.auth import AuthError, Authenticator
+from pie_core.server.connection import ClientSession
+from pie_core.server.http import HttpRequest, HttpResponder, connection_factory
+from pie_core.server.launcher import InProcessLauncher, Launcher
+from pie_core.server.metrics import RateMeter, prometheus_text, status_line
+from pie_core.server.processes import ProcessTable
+from pie_core.server.store import DEFAULT_MAX_UPLOAD, ProgramStore
+
+__all__ = ["ServerOptions", "PieServer"]
+
+log = logging.getLogger("pie.server")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    """How a :class:`PieServer` listens and what it allows.
+
+    Attributes:
+        host: Interface to bind (``127.0.0.1`` is loopback only).
+        port: TCP port (0 picks a free one; :attr:`PieServer.port` tells which).
+        data_dir: Where uploaded programs are stored (default ``~/.pie/server``).
+        max_upload: Largest program archive or transferred file, in bytes.
+        max_frame: Largest WebSocket message, in bytes (bigger ones close the connection).
+        chunk_size: Upload chunk size the server suggests to clients.
+        status_interval: Seconds between status log lines (0 = none).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path | None = None
+    max_upload: int = DEFAULT_MAX_UPLOAD
+    max_frame: int = 8 * 2**20
+    chunk_size: int = 2**20
+    status_interval: float = 10.0
+    retain_s: float = 3600.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PieServer:
+    """Serves one :class:`Engine` to many clients; see docs/server.md for the protocol."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: ServerOptions | None = None,
+        *,
+        auth: Authenticator,
+        launcher: Launcher | None = None,
+        console: Console | None = None,
+        close_engine: bool = True,
+    ) -> None:
+        self.engine = engine
+        self._close_engine = close_engine
+        self.options = options or ServerOptions()
+        self.auth = auth
+        self.store = ProgramStore(self.options.data_dir or config_home() / "server", max_upload=self.options.max_upload)
+        self.processes = ProcessTable(engine, launcher or InProcessLauncher(), retain_s=self.options.retain_s)
+        self.rate = RateMeter()
+        self.console = console or Console(stderr=True)
+        self.connection_count = 0
+        self._server: Server | None = None
+        self._status_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.options.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        self._server = await serve(
+            self._handle,
+            self.options.host,
+            self.options.port,
+            process_request=self._check_handshake,
+            create_connection=connection_factory(self._http),  # type: ignore[arg-type]
+            max_size=self.options.max_frame,
+            open_timeout=None,  # HTTP requests on this port may stream for long; heads time out in http.py
+            logger=log,
+        )
+        self._status_task = asyncio.get_running_loop().create_task(self._status_loop(), name="pie-status")
+
+    async def serve_until_signalled(self) -> None:
+        """Run until SIGTERM/SIGINT, then :meth:`close`."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopped.set)
+        try:
+            await self._stopped.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def close(self) -> None:
+        """Stop accepting, end every inferlet with an Error event, close connections, stop the engine."""
+        if self._status_task is not None:
+            self._status_task.cancel()
+        if self._server is not None:
+            self._server.server.close()  # stop accepting; open connections still get their last events
+            await self.processes.shutdown("server shutting down")
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self._close_engine:
+            await self.engine.close()
+
+    def model_list(self) -> list[dict[str, Any]]:
+        return [
+            {"name": m.name, "backend": m.backend, "page_size": m.caps.page_size, "pages": m.caps.num_pages}
+            for m in self.engine.models.values()
+        ]
+
+    def log_exception(self, exc: BaseException) -> None:
+        log.error("request failed: %s", exc, exc_info=exc)
+
+    # WebSocket --------------------------------------------------------------------------------
+
+    def _check_handshake(self, connection: ServerConnection, request: Request) -> Response | None:
+        """An ``Authorization: Bearer`` header, when present, must be valid (401 otherwise)."""
+        header = request.headers.get("Authorization")
+        connection.pie_user = None  # type: ignore[attr-defined]
+        if not self.auth.enabled:
+            connection.pie_user = self.auth.check(None)  # type: ignore[attr-defined]
+        elif header is not None:
+            try:
+                connection.pie_user = self.auth.bearer(header)  # type: ignore[attr-defined]
+            except AuthError as exc:
+                return Response(401, "Unauthorized", Headers([("Content-Type", "text/plain")]), f"{exc}\n".encode())
+        return None
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        self.connection_count += 1
+        try:
+            await ClientSession(self, ws, getattr(ws, "pie_user", None)).run()
+        finally:
+            self.connection_count -= 1
+
+    # HTTP -------------------------------------------------------------------------------------
+
+    async def _http(self, request: HttpRequest, respond: HttpResponder) -> None:
+        route = (request.method, request.path.rstrip("/") or "/")
+        try:
+            if route == ("GET", "/health"):
+                body = {"status": "ok", "models": list(self.engine.models), "processes": len(self.processes)}
+                respond.send(200, json.dumps(body).encode(), "application/json")
+                return
+            if route == ("GET", "/metrics"):
+                respond.send(200, prometheus_text(self).encode(), "text/plain; version=0.0.4; charset=utf-8")
+                return
+            handlers = {
+                ("GET", "/v1/models"): self._v1_models,
+                ("POST", "/v1/chat/completions"): openai.chat_completions,
+                ("POST", "/v1/completions"): openai.completions,
+            }
+            handler = handlers.get(route)
+            if handler is None:
+                known = "GET /health, GET /metrics, GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+                respond.send(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}", code="not_found"),
+                             "application/json")
+                return
+            user = self.auth.bearer(request.headers.get("authorization"))
+            await handler(self, user, request, respond)  # type: ignore[operator]
+        except PieError as exc:
+            if respond.started:
+                raise
+            status, kind = openai.status_of(exc)
+            respond.send(status, openai.error_body(str(exc), kind), "application/json")
+
+    @staticmethod
+    async def _v1_models(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "pie"} for name in server.engine.models]
+        respond.send(200, json.dumps({"object": "list", "data": data}).encode(), "application/json")
+
+    # status -----------------------------------------------------------------------------------
+
+    async def _status_loop(self) -> None:
+        interval = self.options.status_interval
+        while True:
+            await asyncio.sleep(interval if interval > 0 else 1.0)
+            self.processes.sweep()
+            line = status_line(self)
+            if interval > 0:
+                self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True)

@@ -1,0 +1,91 @@
+"""What the server reports: Prometheus text for ``/metrics`` and the periodic status line."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pie_core.server.app import PieServer
+
+__all__ = ["RateMeter", "prometheus_text", "status_line"]
+
+
+@dataclass(slots=True)
+class RateMeter:
+    """Tokens per second over the interval between two :meth:`sample` calls."""
+
+    last_tokens: int = 0
+    last_time: float = 0.0
+    rate: float = 0.0
+
+    def sample(self, tokens: int, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        if self.last_time and now > self.last_time:
+            self.rate = max(0, tokens - self.last_tokens) / (now - self.last_time)
+        self.last_tokens, self.last_time = tokens, now
+        return self.rate
+
+
+def _total_tokens(server: PieServer) -> int:
+    return sum(m.batcher.stats.tokens for m in server.engine.models.values())
+
+
+def prometheus_text(server: PieServer) -> str:
+    """Counters and gauges in the Prometheus text exposition format (0.0.4)."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
+
+    models = list(server.engine.models.values())
+
+    def per_model(get: object) -> list[tuple[str, float]]:
+        return [(f'{{model="{m.name}"}}', float(get(m))) for m in models]  # type: ignore[operator]
+
+    metric("pie_batches_total", "counter", "Batches fired on the backend.", per_model(lambda m: m.batcher.stats.batches))
+    metric("pie_batch_requests_total", "counter", "Forward requests run in batches.", per_model(lambda m: m.batcher.stats.requests))
+    metric("pie_batch_tokens_total", "counter", "Input tokens run in batches.", per_model(lambda m: m.batcher.stats.tokens))
+    metric("pie_backend_seconds_total", "counter", "Time spent in the backend.", per_model(lambda m: m.batcher.stats.backend_seconds))
+    hist: list[tuple[str, float]] = []
+    for m in models:
+        sizes = m.batcher.stats.sizes
+        bounds = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, *sizes})
+        for bound in bounds:
+            hist.append((f'_bucket{{model="{m.name}",le="{bound}"}}', float(sum(c for s, c in sizes.items() if s <= bound))))
+        hist.append((f'_bucket{{model="{m.name}",le="+Inf"}}', float(sum(sizes.values()))))
+        hist.append((f'_sum{{model="{m.name}"}}', float(sum(s * c for s, c in sizes.items()))))
+        hist.append((f'_count{{model="{m.name}"}}', float(sum(sizes.values()))))
+    lines.append("# HELP pie_batch_size Requests per batch.")
+    lines.append("# TYPE pie_batch_size histogram")
+    lines.extend(f"pie_batch_size{suffix} {value:g}" for suffix, value in hist)
+    metric("pie_queue_length", "gauge", "Forward requests waiting for a batch.", per_model(lambda m: m.batcher.queued))
+    metric("pie_kv_pages_in_use", "gauge", "KV pages held (not free, not idle in the prefix cache).",
+           per_model(lambda m: m.pool.num_pages - m.pool.available_count))
+    metric("pie_kv_pages_total", "gauge", "KV pages in the pool.", per_model(lambda m: m.pool.num_pages))
+    metric("pie_tokens_per_second", "gauge", "Input tokens per second over the last status interval.",
+           [("", server.rate.rate)])
+    procs = server.processes.all()
+    states = ("attached", "detached", "finished")
+    metric("pie_processes", "gauge", "Inferlet processes by state.",
+           [(f'{{state="{s}"}}', float(sum(1 for p in procs if p.state == s))) for s in states])
+    metric("pie_connections", "gauge", "Open WebSocket connections.", [("", float(server.connection_count))])
+    return "\n".join(lines) + "\n"
+
+
+def status_line(server: PieServer) -> str:
+    """One line for the log: inferlets, KV pages in use, tokens/s, queue."""
+    server.rate.sample(_total_tokens(server))
+    procs = server.processes.all()
+    running = sum(1 for p in procs if not p.finished)
+    detached = sum(1 for p in procs if p.state == "detached")
+    used = sum(m.pool.num_pages - m.pool.available_count for m in server.engine.models.values())
+    total = sum(m.pool.num_pages for m in server.engine.models.values())
+    queued = sum(m.batcher.queued for m in server.engine.models.values())
+    return (
+        f"inferlets [bold]{running}[/] running ({detached} detached) · KV {used}/{total} pages · "
+        f"{server.rate.rate:,.0f} tok/s · queue {queued} · clients {server.connection_count}"
+    )

@@ -1,0 +1,169 @@
+"""Disconnects, shutdown, HTTP endpoints on the dummy backend, and the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+
+import pytest
+from conftest import PROBE
+from server_helpers import raw_connect, raw_request, wait_until
+
+from pie_core.cli.main import main as pie_main
+from pie_core.client import connect
+
+
+def test_a_client_that_disconnects_mid_generation_frees_everything(served, dummy_engine):
+    async def scenario(s):
+        client = await connect(s.url, s.tokens["alice"])
+        proc = await client.launch(await client.install(PROBE), {"mode": "generate", "max_tokens": 100_000})
+        events = proc.events()
+        assert (await events.__anext__()).value == "step 1"
+        assert not dummy_engine.pools_whole()
+        client._ws.transport.abort()  # drop the socket without a closing handshake
+        await wait_until(lambda: len(s.server.processes) == 0)
+        assert dummy_engine.pools_whole()
+        async with await connect(s.url, s.tokens["alice"]) as again:  # the server keeps serving
+            assert await (await again.launch("hello-world")).wait() == "hello world"
+
+    served(scenario)
+
+
+def test_shutdown_gives_running_inferlets_an_error_event(served):
+    async def scenario(s):
+        async with raw_connect(s.url, s.tokens["alice"]) as ws:
+            reply = await raw_request(ws, {"type": "launch", "id": 1, "program": "interactive-chat"})
+            assert reply["ok"], reply
+            await asyncio.sleep(0.05)
+            closing = asyncio.create_task(s.server.close())
+            frames = []
+            try:
+                async for message in ws:
+                    frames.append(__import__("msgpack").unpackb(message))
+            except Exception:
+                pass
+            await closing
+        assert frames[-1]["event"] == "error" and "server shutting down" in frames[-1]["value"]
+
+    served(scenario)
+
+
+def _http(url: str, body: dict | None = None, token: str | None = None) -> tuple[int, str, bytes]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, resp.headers.get("content-type", ""), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("content-type", ""), exc.read()
+
+
+def test_health_and_metrics(served):
+    async def scenario(s):
+        async with await connect(s.url, s.tokens["alice"]) as client:
+            await (await client.launch(await client.install(PROBE), {"mode": "generate", "max_tokens": 3})).wait()
+        status, _, body = await asyncio.to_thread(_http, s.http + "/health")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        status, ctype, body = await asyncio.to_thread(_http, s.http + "/metrics")
+        text = body.decode()
+        assert status == 200 and ctype.startswith("text/plain")
+        for name in ("pie_batches_total", "pie_batch_size_bucket", "pie_queue_length", "pie_kv_pages_in_use",
+                     "pie_tokens_per_second", "pie_processes"):
+            assert f"\n{name}" in text or text.startswith(name) or f"# TYPE {name}" in text.replace("_bucket", "")
+        batches = [line for line in text.splitlines() if line.startswith("pie_batches_total{")]
+        assert float(batches[0].split()[-1]) >= 3
+        status, _, body = await asyncio.to_thread(_http, s.http + "/nope")
+        assert status == 404 and b"no route GET /nope" in body
+
+    served(scenario)
+
+
+def test_chat_completions_on_the_dummy_backend(served):
+    async def scenario(s):
+        url = s.http + "/v1/chat/completions"
+        tok = s.tokens["alice"]
+        msg = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+        status, _, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 4, "temperature": 0}, tok)
+        reply = json.loads(body)
+        assert status == 200 and reply["object"] == "chat.completion"
+        assert reply["usage"]["completion_tokens"] <= 4 and reply["choices"][0]["message"]["role"] == "assistant"
+        status, ctype, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 4, "stream": True,
+                                                                   "stream_options": {"include_usage": True}}, tok)
+        lines = [ln[6:] for ln in body.decode().split("\n\n") if ln.startswith("data: ")]
+        assert ctype.startswith("text/event-stream") and lines[-1] == "[DONE]"
+        chunks = [json.loads(x) for x in lines[:-1]]
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length") and chunks[-1]["usage"]["total_tokens"] > 0
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+        status, _, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 40, "response_format": fmt}, tok)
+        content = json.loads(body)["choices"][0]["message"]["content"]
+        assert status == 200 and isinstance(json.loads(content)["ok"], bool)
+        status, _, body = await asyncio.to_thread(_http, url, {"messages": [{"role": "tool", "content": "x"}]}, tok)
+        assert status == 400 and "messages[0].role" in json.loads(body)["error"]["message"]
+        status, _, body = await asyncio.to_thread(_http, url, {"model": "gpt-9", "messages": msg}, tok)
+        assert status == 404 and "not served here" in json.loads(body)["error"]["message"]
+        status, _, body = await asyncio.to_thread(_http, s.http + "/v1/completions", {"prompt": "a", "max_tokens": 3}, tok)
+        assert status == 200 and json.loads(body)["object"] == "text_completion"
+        await wait_until(lambda: len(s.server.processes) == 0)
+
+    served(scenario)
+
+
+def test_stop_strings_cut_the_reply_and_are_never_streamed(served):
+    async def scenario(s):
+        url, tok = s.http + "/v1/chat/completions", s.tokens["alice"]
+        msg = [{"role": "user", "content": "hi"}]
+        greedy = {"messages": msg, "max_tokens": 12, "temperature": 0}
+        _, _, body = await asyncio.to_thread(_http, url, greedy, tok)
+        full = json.loads(body)["choices"][0]["message"]["content"]
+        _, _, again = await asyncio.to_thread(_http, url, greedy, tok)
+        assert json.loads(again)["choices"][0]["message"]["content"] == full  # greedy is repeatable
+        stop = full[len(full) // 2 : len(full) // 2 + 3]
+        expect = full[: full.index(stop)]
+        _, _, body = await asyncio.to_thread(_http, url, {**greedy, "stop": [stop]}, tok)
+        choice = json.loads(body)["choices"][0]
+        assert choice["message"]["content"] == expect and choice["finish_reason"] == "stop"
+        _, _, body = await asyncio.to_thread(_http, url, {**greedy, "stop": stop, "stream": True}, tok)
+        chunks = [json.loads(x[6:]) for x in body.decode().split("\n\n") if x.startswith("data: {")]
+        streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+        assert streamed == expect and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+    served(scenario)
+
+
+def test_no_auth_is_refused_off_loopback(capsys):
+    assert pie_main(["serve", "--dummy", "--no-auth", "--host", "0.0.0.0"]) == 1
+    assert "refusing --no-auth on 0.0.0.0" in capsys.readouterr().err
+
+
+def test_auth_cli_adds_lists_and_removes_users_storing_only_hashes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PIE_HOME", str(tmp_path))
+    assert pie_main(["auth", "add", "carol"]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    text = (tmp_path / "config.toml").read_text()
+    assert token.startswith("pie_") and token not in text and "token_sha256" in text
+    assert pie_main(["auth", "list", "--json"]) == 0
+    assert [u["name"] for u in json.loads(capsys.readouterr().out)] == ["carol"]
+    from pie_core.server.auth import Authenticator
+
+    assert Authenticator.from_config().check(token) == "carol"
+    assert pie_main(["auth", "remove", "carol"]) == 0
+    assert pie_main(["auth", "remove", "carol"]) == 1
+    assert "no user 'carol'" in capsys.readouterr().err
+
+
+def test_pie_run_server_uploads_a_folder_and_streams_its_output(served, capfd):
+    async def scenario(s):
+        argv = ["run", "--server", s.url, "--token", s.tokens["alice"], str(PROBE), "--", "--mode", "generate", "--max-tokens", "2"]
+        assert await asyncio.to_thread(pie_main, argv) == 0
+        bad = ["run", "--server", s.url, "--token", s.tokens["alice"], "ghost"]
+        assert await asyncio.to_thread(pie_main, bad) == 1
+
+    served(scenario)
+    out, err = capfd.readouterr()
+    assert "step 1step 2\n2\n" in out
+    assert "no program 'ghost'" in err
