@@ -1,0 +1,209 @@
+"""``TorchBackend``: the hook implementations of the torch backend."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+from pie_core.hookspec import (
+    CONTRACT_VERSION,
+    BackendInfo,
+    BackendOptions,
+    BatchOutput,
+    Capabilities,
+    CopyKind,
+    ForwardBatch,
+    hookimpl,
+)
+from pie_core.models.spec import ModelSpec
+from pie_core.sampling import hidden_rows, logit_rows
+
+from pie_backend_torch.kv_cache import KvCache, page_bytes
+from pie_backend_torch.layout import check_batch
+from pie_backend_torch.model import Transformer
+from pie_backend_torch.options import TorchConfig, resolve_options
+from pie_backend_torch.sampling import Drawer, Masker, draw, sample_and_probe
+from pie_backend_torch.weights import build_weights
+
+__all__ = [
+    "TorchBackend",
+    "FEATURES",
+    "MAX_BATCH_TOKENS",
+    "MAX_BATCH_REQUESTS",
+    "MAX_SAMPLE_ROWS",
+    "MAX_MASK_BYTES",
+    "DEFAULT_HOST_PAGES",
+    "MAX_BUDGET_PAGES",
+]
+
+MAX_BATCH_TOKENS = 8192
+"""Most input tokens (prefill and decode together) in one forward."""
+MAX_BATCH_REQUESTS = 256
+"""Most requests in one forward."""
+MAX_SAMPLE_ROWS = 4096
+"""Most sample rows in one forward (each may draw several tokens)."""
+MAX_MASK_BYTES = 1 << 28
+"""Most custom attention-mask entries (one byte each) in one forward."""
+DEFAULT_HOST_PAGES = 64
+"""Host pool size when ``BackendOptions.host_pages`` is 0."""
+MAX_BUDGET_PAGES = 1 << 16
+"""Cap on a pool sized from ``kv_memory_bytes``."""
+FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload"})
+
+
+def _package_version() -> str:
+    try:
+        return version("pie-backend-torch")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _devices() -> tuple[str, ...]:
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+class TorchBackend:
+    """torch backend: bf16 and weight-only int8/int4 on a CPU, Triton kernels on CUDA.
+
+    One instance serves one model. Hooks are called from one worker thread at a time.
+    """
+
+    PIE_CONTRACT_VERSION = CONTRACT_VERSION
+
+    def __init__(self) -> None:
+        self._model: Transformer | None = None
+        self._cache: KvCache | None = None
+        self._caps: Capabilities | None = None
+        self._config: TorchConfig | None = None
+        self._drawer: Drawer = draw
+        self._masker: Masker | None = None
+        self._rng = np.random.default_rng()
+        self._graphs: Any = None  # cuda_graphs.DecodeGraphs when capturing
+
+    @hookimpl
+    def pie_backend_info(self) -> BackendInfo:
+        """Identify the backend."""
+        return BackendInfo(
+            name="torch",
+            version=_package_version(),
+            contract_version=CONTRACT_VERSION,
+            description=f"torch {torch.__version__}: bf16/int8/int4 on CPU, Triton kernels and CUDA graphs on CUDA",
+            features=FEATURES,
+            devices=_devices(),
+        )
+
+    @hookimpl
+    def pie_backend_load_model(
+        self, spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], options: BackendOptions
+    ) -> Capabilities:
+        """Load weights and allocate the KV pools.
+
+        ``options.dtype`` ``"auto"`` picks bfloat16 where the CPU (or GPU) computes it natively,
+        with weight-only int4 for small batches on a CPU; ``options.extra`` is described in
+        :mod:`pie_backend_torch.options`. The device pool has ``options.kv_pages`` pages, or as
+        many as fit in ``options.kv_memory_bytes`` (at most ``MAX_BUDGET_PAGES``) when that is 0.
+
+        Raises:
+            ValueError: A weight is missing or misshapen, or an option is unknown or unavailable.
+        """
+        config = resolve_options(options)
+        if options.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {options.page_size}")
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        per_page = page_bytes(spec.num_layers, options.page_size, spec.num_kv_heads, spec.head_dim, config.dtype)
+        num_pages = options.kv_pages or min(options.kv_memory_bytes // per_page, MAX_BUDGET_PAGES)
+        if num_pages < 1:
+            raise ValueError(f"kv_memory_bytes={options.kv_memory_bytes} holds no page of {per_page} bytes; raise it")
+        host_pages = options.host_pages or DEFAULT_HOST_PAGES
+        with torch.inference_mode():
+            model_weights = build_weights(spec, weights, config)
+        cache = KvCache(
+            spec.num_layers,
+            num_pages,
+            host_pages,
+            options.page_size,
+            spec.num_kv_heads,
+            spec.head_dim,
+            config.dtype,
+            config.device,
+        )
+        self._model = Transformer(spec, model_weights, cache, config)
+        self._cache = cache
+        self._config = config
+        if config.kernels == "triton":
+            from pie_backend_torch.triton_kernels.sampling import apply_packed_mask, triton_draw
+
+            self._drawer = triton_draw
+            self._masker = apply_packed_mask
+        if config.cuda_graphs:
+            from pie_backend_torch.cuda_graphs import DecodeGraphs
+
+            self._graphs = DecodeGraphs(self._model)
+        self._caps = Capabilities(
+            page_size=options.page_size,
+            num_pages=num_pages,
+            num_host_pages=host_pages,
+            vocab_size=spec.vocab_size,
+            max_batch_tokens=MAX_BATCH_TOKENS,
+            max_batch_requests=MAX_BATCH_REQUESTS,
+            max_sample_rows=MAX_SAMPLE_ROWS,
+            max_mask_bytes=MAX_MASK_BYTES,
+            dtype=config.dtype_name,
+            device=str(config.device),
+            features=FEATURES,
+        )
+        return self._caps
+
+    @hookimpl
+    def pie_backend_capabilities(self) -> Capabilities:
+        """Capabilities of the loaded model.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+        """
+        if self._caps is None:
+            raise RuntimeError("no model loaded: call pie_backend_load_model first")
+        return self._caps
+
+    @hookimpl
+    def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:
+        """Write K/V, attend, and sample/probe the requested rows on the device.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: The batch exceeds the declared limits or is inconsistent (lengths, ranges,
+                slots, masks, probe kinds).
+        """
+        model, caps = self._loaded()
+        caps.check_limits(batch)
+        check_batch(batch, caps.vocab_size, caps.num_pages, caps.page_size)
+        rows = logit_rows(batch)
+        hidden = hidden_rows(batch)
+        with torch.inference_mode():
+            if self._graphs is not None and self._graphs.accepts(batch, rows, hidden):
+                logits, states = self._graphs.forward(batch, rows)
+            else:
+                logits, states = model.forward(batch, rows, hidden)
+            return sample_and_probe(batch, rows, logits, self._rng, states, hidden, self._drawer, self._masker)
+
+    @hookimpl
+    def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:
+        """Copy whole pages between or within the device and host pools.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Lengths differ, ids are out of range, or destinations repeat.
+        """
+        self._loaded()
+        assert self._cache is not None
+        with torch.inference_mode():
+            self._cache.copy(kind, src, dst)
+
+    def _loaded(self) -> tuple[Transformer, Capabilities]:
+        if self._model is None or self._caps is None:
+            raise RuntimeError("no model loaded: call pie_backend_load_model first")
+        return self._model, self._caps

@@ -1,0 +1,263 @@
+"""Per-batch bookkeeping shared by every layer: where tokens write, and what each request reads.
+
+Built once per forward from a :class:`~pie_core.hookspec.ForwardBatch` (numpy on the host, then
+moved to the device), and reused by all layers. Requests split in two kinds:
+
+- *decode rows*: one input token and no custom mask, attended together (keys padded to the
+  longest request of a length bucket, masked by an additive bias).
+- *blocks*: everything else (prefill chunks, custom masks), attended one request at a time.
+
+A request whose pages are consecutive ids is read in place (a slice of the pool); others are
+gathered page by page, so a step reads only the pages of the batch, never the whole pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pie_core.hookspec import ForwardBatch
+
+__all__ = ["DecodeGroup", "Block", "BatchPlan", "check_batch", "plan_batch", "write_slots"]
+
+_BUCKET_MIN = 64
+"""Decode rows whose KV lengths are within 2x of each other (or under this) share a group."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeGroup:
+    """Single-token requests attended together over ``length`` padded key slots."""
+
+    tokens: torch.Tensor | None  # [G] token index of each member; None = tokens 0..G-1
+    slots: torch.Tensor | None  # [G, length] flat slot ids to gather; None = read in place
+    first_slot: int  # in place (one member, consecutive pages): its keys are slots first..first+length
+    length: int
+    bias: torch.Tensor  # [G, length] float32: 0 where the key is visible, -inf elsewhere
+    bias_sliding: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One request attended on its own (several tokens or a custom mask)."""
+
+    start: int  # first token in the batch
+    stop: int
+    slots: torch.Tensor | None  # [kv_len] flat slot ids to gather; None = read in place
+    first_slot: int
+    kv_len: int
+    mask: torch.Tensor  # [n, kv_len] bool, true = attend
+    mask_sliding: torch.Tensor | None
+    blind: torch.Tensor | None  # [n] bool: rows that see no key under ``mask`` (None: there are none)
+    blind_sliding: torch.Tensor | None  # the same under ``mask_sliding``
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Everything the layers need besides the activations."""
+
+    num_tokens: int
+    write_index: torch.Tensor  # [N] int64 flat slot (page * page_size + offset) of each token's K/V
+    positions: torch.Tensor  # [N] int32 RoPE positions (also recorded per slot)
+    decode: tuple[DecodeGroup, ...]
+    blocks: tuple[Block, ...]
+
+
+def check_batch(batch: ForwardBatch, vocab_size: int, num_pages: int, page_size: int) -> None:
+    """Cheap consistency checks on what the core built (not a substitute for its validation).
+
+    Raises:
+        ValueError: Array lengths disagree, or ids/slots/pages are out of range.
+    """
+    n, r = batch.num_tokens, batch.num_requests
+    if r < 1 or n < 1:
+        raise ValueError(f"a batch needs at least one request and one token, got {r} and {n}")
+    for name in ("positions", "kv_write_slots"):
+        if len(getattr(batch, name)) != n:
+            raise ValueError(f"{name} has {len(getattr(batch, name))} entries for {n} tokens")
+    for name in ("kv_page_indptr", "mask_indptr"):
+        if len(getattr(batch, name)) != r + 1:
+            raise ValueError(f"{name} has {len(getattr(batch, name))} entries for {r} requests")
+    if len(batch.kv_last_page_len) != r:
+        raise ValueError(f"kv_last_page_len has {len(batch.kv_last_page_len)} entries for {r} requests")
+    qo = batch.qo_indptr
+    if int(qo[0]) != 0 or int(qo[-1]) != n or (np.diff(qo) < 1).any():
+        raise ValueError("qo_indptr must start at 0, end at the token count and give each request >= 1 token")
+    if batch.token_ids.min() < 0 or batch.token_ids.max() >= vocab_size:
+        raise ValueError(f"token ids must be in [0, {vocab_size})")
+    if batch.positions.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {int(batch.positions.min())}")
+    pages = batch.kv_page_indices
+    if pages.size and (pages.min() < 0 or pages.max() >= num_pages):
+        raise ValueError(f"kv_page_indices must be in [0, {num_pages})")
+    if int(batch.kv_page_indptr[-1]) != len(pages) or int(batch.mask_indptr[-1]) != len(batch.mask_data):
+        raise ValueError("kv_page_indptr and mask_indptr must end at the lengths of the arrays they index")
+    if (np.diff(batch.kv_page_indptr) < 1).any():
+        raise ValueError("every request needs at least one KV page")
+    last = batch.kv_last_page_len
+    if (last < 1).any() or (last > page_size).any():
+        raise ValueError(f"kv_last_page_len must be in [1, {page_size}]")
+    rows = np.concatenate([batch.sample_rows, batch.probe_rows])
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise ValueError(f"sample and probe rows must index the {n} input tokens")
+
+
+def kv_lengths(batch: ForwardBatch, page_size: int) -> np.ndarray:
+    """int64 ``[R]``: each request's KV length after this pass's writes."""
+    n_pages = np.diff(batch.kv_page_indptr).astype(np.int64)
+    return (n_pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
+
+
+def write_slots(batch: ForwardBatch, page_size: int) -> np.ndarray:
+    """int64 ``[N]``: the flat pool slot (``page * page_size + offset``) each token's K/V goes to.
+
+    Raises:
+        ValueError: A write slot lies outside its request's KV length.
+    """
+    kv_len = kv_lengths(batch, page_size)
+    req = np.repeat(np.arange(batch.num_requests), np.diff(batch.qo_indptr))
+    slots = batch.kv_write_slots.astype(np.int64)
+    outside = (slots < 0) | (slots >= kv_len[req])
+    if outside.any():
+        bad = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"kv_write_slots[{bad}] = {slots[bad]} is outside its request's KV length {kv_len[req[bad]]}")
+    pages = batch.kv_page_indices[batch.kv_page_indptr[req] + slots // page_size].astype(np.int64)
+    return pages * page_size + slots % page_size
+
+
+def _bias(allowed: np.ndarray) -> np.ndarray:
+    return np.where(allowed, np.float32(0), np.float32(-np.inf))
+
+
+def _sliding(allowed: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, window: int | None) -> np.ndarray | None:
+    return None if window is None else allowed & (k_pos > q_pos[..., None] - window)
+
+
+def _in_place(pages: np.ndarray) -> bool:
+    return bool(len(pages) == 1 or (np.diff(pages) == 1).all())
+
+
+class _Planner:
+    """Builds one batch's plan; ``pos`` is the pool's slot positions after this pass's writes."""
+
+    def __init__(self, batch: ForwardBatch, pos: np.ndarray, page_size: int, window: int | None, device: torch.device):
+        self.batch = batch
+        self.pos = pos.reshape(-1)
+        self.ps = page_size
+        self.window = window
+        self.device = device
+        self.kv_len = kv_lengths(batch, page_size)
+
+    def tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def pages(self, r: int) -> np.ndarray:
+        b = self.batch
+        return b.kv_page_indices[b.kv_page_indptr[r] : b.kv_page_indptr[r + 1]].astype(np.int64)
+
+    def block(self, r: int) -> Block:
+        b = self.batch
+        a, z = int(b.qo_indptr[r]), int(b.qo_indptr[r + 1])
+        length = int(self.kv_len[r])
+        pages = self.pages(r)
+        slots = (pages[:, None] * self.ps + np.arange(self.ps)).reshape(-1)[:length]
+        m0, m1 = int(b.mask_indptr[r]), int(b.mask_indptr[r + 1])
+        if m1 > m0:
+            if m1 - m0 != (z - a) * length:
+                raise ValueError(f"request {r}'s custom mask has {m1 - m0} entries, expected {z - a} x {length}")
+            allowed = b.mask_data[m0:m1].reshape(z - a, length).astype(bool)
+        else:
+            allowed = np.arange(length)[None, :] <= b.kv_write_slots[a:z, None].astype(np.int64)
+        sliding = _sliding(allowed, b.positions[a:z].astype(np.int64), self.pos[slots], self.window)
+        return Block(
+            start=a,
+            stop=z,
+            slots=None if _in_place(pages) else self.tensor(slots),
+            first_slot=int(slots[0]),
+            kv_len=length,
+            mask=self.tensor(allowed),
+            mask_sliding=None if sliding is None else self.tensor(sliding),
+            blind=self.blind(allowed),
+            blind_sliding=None if sliding is None else self.blind(sliding),
+        )
+
+    def blind(self, allowed: np.ndarray) -> torch.Tensor | None:
+        rows: np.ndarray = np.asarray(~allowed.any(axis=1))
+        return self.tensor(rows) if rows.any() else None
+
+    def decode_group(self, members: np.ndarray, whole_batch: bool) -> DecodeGroup:
+        b = self.batch
+        counts = np.diff(b.kv_page_indptr)[members].astype(np.int64)
+        width = int(counts.max())
+        col = np.arange(width)
+        idx = b.kv_page_indptr[members][:, None] + np.minimum(col[None, :], counts[:, None] - 1)
+        table = b.kv_page_indices[idx].astype(np.int64)
+        slots = (table[:, :, None] * self.ps + np.arange(self.ps)).reshape(len(members), -1)
+        tokens = b.qo_indptr[members].astype(np.int64)
+        span = np.arange(slots.shape[1])
+        kv_len = self.kv_len[members]
+        allowed = (span[None, :] <= b.kv_write_slots[tokens][:, None]) & (span[None, :] < kv_len[:, None])
+        in_place = len(members) == 1 and _in_place(table[0, : counts[0]])
+        length = int(kv_len[0]) if in_place else slots.shape[1]
+        sliding = _sliding(allowed, b.positions[tokens].astype(np.int64), self.pos[slots], self.window)
+        return DecodeGroup(
+            tokens=None if whole_batch else self.tensor(tokens),
+            slots=None if in_place else self.tensor(slots),
+            first_slot=int(slots[0, 0]),
+            length=length,
+            bias=self.tensor(_bias(allowed[:, :length])),
+            bias_sliding=None if sliding is None else self.tensor(_bias(sliding[:, :length])),
+        )
+
+    def decode_groups(self, reqs: np.ndarray) -> tuple[DecodeGroup, ...]:
+        """Bucket single-token requests by KV length so padding at most doubles the work."""
+        if reqs.size == 0:
+            return ()
+        order = reqs[np.argsort(self.kv_len[reqs], kind="stable")]
+        kv = self.kv_len[order]
+        cuts = [0]
+        for i in range(1, len(order)):
+            if kv[i] > max(2 * kv[cuts[-1]], _BUCKET_MIN):
+                cuts.append(i)
+        cuts.append(len(order))
+        groups = [order[a:z] for a, z in zip(cuts[:-1], cuts[1:])]
+        whole = len(groups) == 1 and len(reqs) == self.batch.num_tokens
+        if whole:  # every request decodes one token: keep batch order, no scatter afterwards
+            groups = [reqs]
+        return tuple(self.decode_group(g, whole) for g in groups)
+
+
+def plan_batch(
+    batch: ForwardBatch,
+    write_index: np.ndarray,
+    pos: np.ndarray,
+    page_size: int,
+    window: int | None,
+    device: torch.device,
+) -> BatchPlan:
+    """Masks, gather indices and decode groups of one batch.
+
+    Args:
+        batch: The forward batch (already checked with :func:`check_batch`).
+        write_index: Its flat write slots, from :func:`write_slots`.
+        pos: The pool's slot positions ``[pages, page_size]`` (host copy) after this pass's writes.
+        page_size: Slots per page.
+        window: The sliding window of sliding layers, or None when the model has none.
+        device: Where the plan's tensors live.
+
+    Raises:
+        ValueError: A custom mask has the wrong size.
+    """
+    planner = _Planner(batch, pos, page_size, window, device)
+    n_tok = np.diff(batch.qo_indptr)
+    has_mask = np.diff(batch.mask_indptr) > 0
+    decode = np.flatnonzero((n_tok == 1) & ~has_mask)
+    blocks = tuple(planner.block(int(r)) for r in np.flatnonzero((n_tok != 1) | has_mask))
+    return BatchPlan(
+        num_tokens=batch.num_tokens,
+        write_index=planner.tensor(write_index),
+        positions=planner.tensor(batch.positions.astype(np.int32)),
+        decode=planner.decode_groups(decode),
+        blocks=blocks,
+    )

@@ -1,0 +1,142 @@
+"""What the engine asked for (``BackendOptions``), resolved into what this backend will run.
+
+Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
+
+- ``quant``: ``"none"``, ``"int8"`` or ``"int4"``: weight-only quantisation of the linear
+  layers (CPU). ``"auto"`` (the default) means int4 when ``dtype`` is ``"auto"`` on a CPU with
+  native bf16 (the fast default; see docs/performance.md for its accuracy), else none.
+- ``quant_max_tokens``: batches with more input tokens than this run the dense weights instead of
+  the quantised ones (the CPU's int8/int4 kernels are made for matrix-vector work and lose to
+  bf16 GEMMs at larger batches). ``0`` keeps the quantised weights for every batch.
+- ``kernels``: ``"torch"`` (plain torch ops) or ``"triton"`` (the Triton kernels of
+  :mod:`pie_backend_torch.triton_kernels`); default triton on CUDA, torch on CPU. Triton on a CPU
+  needs ``TRITON_INTERPRET=1`` (slow; for tests).
+- ``cuda_graphs``: capture decode steps in CUDA graphs (default true on CUDA with the Triton
+  kernels; ignored on a CPU).
+- ``threads``: intra-op threads for CPU work (``torch.set_num_threads``, process-wide; default:
+  torch's own choice).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pie_core.hookspec import BackendOptions
+
+__all__ = ["TorchConfig", "resolve_options", "DTYPES", "QUANT_KINDS"]
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+QUANT_KINDS = ("none", "int8", "int4")
+DEFAULT_QUANT_MAX_TOKENS = 8
+_KNOWN_EXTRA = {"quant", "quant_max_tokens", "kernels", "cuda_graphs", "threads"}
+
+
+@dataclass(frozen=True, slots=True)
+class TorchConfig:
+    """How this backend runs one model."""
+
+    device: torch.device
+    dtype: torch.dtype
+    """Dense weights, activations and the KV cache."""
+    quant: str
+    quant_max_tokens: int
+    kernels: str
+    cuda_graphs: bool
+    threads: int | None
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+def _device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"unknown device {name!r}: use 'cpu' or 'cuda[:index]'") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but this torch build sees no CUDA device; use 'cpu'")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the torch backend runs on 'cpu' or 'cuda', not {name!r}")
+    return device
+
+
+def _cpu_has_bf16() -> bool:
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def _dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if _cpu_has_bf16() else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unsupported dtype {name!r}; expected 'auto' or one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def _flag(extra: dict[str, Any], key: str, default: bool) -> bool:
+    value = extra.get(key, default)
+    if isinstance(value, str):
+        if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise ValueError(f"extra[{key!r}] must be a boolean, got {value!r}")
+        return value.lower() in ("1", "true", "yes")
+    return bool(value)
+
+
+def resolve_options(options: BackendOptions) -> TorchConfig:
+    """Check the engine's options and pick defaults for what it left open.
+
+    Raises:
+        ValueError: An option is unknown, out of range, or not available on this machine.
+    """
+    extra = dict(options.extra)
+    unknown = sorted(set(extra) - _KNOWN_EXTRA)
+    if unknown:
+        raise ValueError(f"unknown torch backend option(s) {', '.join(unknown)}; known: {', '.join(sorted(_KNOWN_EXTRA))}")
+    device = _device(options.device)
+    dtype = _dtype(options.dtype, device)
+    quant = str(extra.get("quant", "auto"))
+    if quant == "auto":
+        quant = "int4" if options.dtype == "auto" and device.type == "cpu" and dtype == torch.bfloat16 else "none"
+    if quant not in QUANT_KINDS:
+        raise ValueError(f"unsupported quant {quant!r}; expected one of {', '.join(QUANT_KINDS)} or 'auto'")
+    if quant != "none" and (device.type != "cpu" or dtype != torch.bfloat16):
+        raise ValueError(
+            f"weight-only {quant} runs on the CPU with bfloat16 activations; "
+            f"use device='cpu' and dtype='bfloat16' (got {device}, {dtype})"
+        )
+    quant_max = int(extra.get("quant_max_tokens", DEFAULT_QUANT_MAX_TOKENS))
+    if quant_max < 0:
+        raise ValueError(f"quant_max_tokens must be >= 0, got {quant_max}")
+    kernels = str(extra.get("kernels", "triton" if device.type == "cuda" else "torch"))
+    if kernels not in ("torch", "triton"):
+        raise ValueError(f"kernels must be 'torch' or 'triton', got {kernels!r}")
+    if kernels == "triton" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("the Triton kernels need a CUDA device; on a CPU set TRITON_INTERPRET=1 (slow, for tests)")
+    graphs = _flag(extra, "cuda_graphs", device.type == "cuda" and kernels == "triton") and device.type == "cuda"
+    if graphs and kernels != "triton":
+        raise ValueError("cuda_graphs capture the Triton kernels; use kernels='triton' or cuda_graphs=False")
+    threads = extra.get("threads")
+    if threads is not None and int(threads) < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return TorchConfig(
+        device=device,
+        dtype=dtype,
+        quant=quant,
+        quant_max_tokens=quant_max,
+        kernels=kernels,
+        cuda_graphs=graphs,
+        threads=None if threads is None else int(threads),
+    )

@@ -1,0 +1,141 @@
+"""Weights in the layout the torch forward wants: Q/K/V and gate/up fused, in the compute dtype
+or quantised (see :mod:`pie_backend_torch.linear`).
+
+The residual stream stays float32 (its norms' weights too: input, post-attention and final
+norms); the norms inside a block (Q/K, sandwich) run in the compute dtype. The embedding table stays dense in the compute dtype (a
+lookup reads a few rows); with tied embeddings the LM head is built from the same weights (and
+shares the table when no packing or quantisation applies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from pie_core.models.spec import ModelSpec
+
+from pie_backend_torch.linear import Linear, quantise
+from pie_backend_torch.options import TorchConfig
+
+__all__ = ["LayerWeights", "ModelWeights", "build_weights"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerWeights:
+    """One decoder layer."""
+
+    attn_norm: torch.Tensor  # [hidden] float32 (reads the float32 residual stream)
+    qkv: Linear  # out: Q rows, then K, then V (bias included when the model has one)
+    q_norm: torch.Tensor | None  # [head_dim]
+    k_norm: torch.Tensor | None
+    attn_output: Linear
+    post_attention_norm: torch.Tensor | None
+    ffn_norm: torch.Tensor
+    gate_up: Linear  # out: gate rows first, then up
+    ffn_down: Linear
+    post_ffw_norm: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelWeights:
+    """All weights of one model."""
+
+    embed: torch.Tensor  # [vocab, hidden], compute dtype
+    lm_head: Linear
+    output_norm: torch.Tensor
+    layers: tuple[LayerWeights, ...]
+
+
+class _Source:
+    """Takes named arrays out of the loaded dict, checking shapes, and moves them to torch."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], config: TorchConfig) -> None:
+        self.arrays = arrays
+        self.config = config
+
+    def take(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        if name not in self.arrays:
+            raise ValueError(f"weight {name!r} is missing from the checkpoint")
+        arr = np.asarray(self.arrays.pop(name))
+        if arr.shape != shape:
+            raise ValueError(f"weight {name!r} has shape {arr.shape}, expected {shape}")
+        return torch.from_numpy(np.array(arr, dtype=np.float32))
+
+    def vector(self, name: str, size: int) -> torch.Tensor:
+        return self.take(name, (size,)).to(self.config.device, self.config.dtype)
+
+    def residual_norm(self, name: str, size: int) -> torch.Tensor:
+        """Weights of a norm over the residual stream, which stays float32."""
+        return self.take(name, (size,)).to(self.config.device)
+
+    def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
+        return self.vector(name, size) if present else None
+
+    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        cfg = self.config
+        return quantise(
+            weight.to(cfg.device), None if bias is None else bias.to(cfg.device), cfg.quant, cfg.dtype, cfg.quant_max_tokens
+        )
+
+
+def _layer(src: _Source, spec: ModelSpec, i: int) -> LayerWeights:
+    h, hd = spec.hidden_size, spec.head_dim
+    q_out, kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
+    inter = spec.intermediate_size
+    p = f"blk.{i}."
+    qkv = torch.cat(
+        [
+            src.take(p + "attn_q.weight", (q_out, h)),
+            src.take(p + "attn_k.weight", (kv_out, h)),
+            src.take(p + "attn_v.weight", (kv_out, h)),
+        ]
+    )
+    bias = None
+    if spec.qkv_bias:
+        bias = torch.cat(
+            [
+                src.take(p + "attn_q.bias", (q_out,)),
+                src.take(p + "attn_k.bias", (kv_out,)),
+                src.take(p + "attn_v.bias", (kv_out,)),
+            ]
+        )
+    gate_up = torch.cat([src.take(p + "ffn_gate.weight", (inter, h)), src.take(p + "ffn_up.weight", (inter, h))])
+    return LayerWeights(
+        attn_norm=src.residual_norm(p + "attn_norm.weight", h),
+        qkv=src.linear(qkv, bias),
+        q_norm=src.maybe_vector(p + "attn_q_norm.weight", hd, spec.qk_norm),
+        k_norm=src.maybe_vector(p + "attn_k_norm.weight", hd, spec.qk_norm),
+        attn_output=src.linear(src.take(p + "attn_output.weight", (h, q_out))),
+        post_attention_norm=src.maybe_vector(p + "post_attention_norm.weight", h, spec.sandwich_norm),
+        ffn_norm=src.residual_norm(p + "ffn_norm.weight", h),
+        gate_up=src.linear(gate_up),
+        ffn_down=src.linear(src.take(p + "ffn_down.weight", (h, inter))),
+        post_ffw_norm=src.maybe_vector(p + "post_ffw_norm.weight", h, spec.sandwich_norm),
+    )
+
+
+def build_weights(spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], config: TorchConfig) -> ModelWeights:
+    """Consume ``(canonical name, array)`` pairs and lay them out for the forward.
+
+    Raises:
+        ValueError: A weight is missing, misshapen, or not expected by ``spec``.
+    """
+    src = _Source(dict(weights), config)
+    vocab, h = spec.vocab_size, spec.hidden_size
+    embed32 = src.take("token_embd.weight", (vocab, h))
+    embed = embed32.to(config.device, config.dtype)
+    if spec.tie_embeddings:
+        src.arrays.pop("output.weight", None)  # some checkpoints store the tied copy anyway
+        lm_head = src.linear(embed32)
+    else:
+        lm_head = src.linear(src.take("output.weight", (vocab, h)))
+    del embed32
+    output_norm = src.residual_norm("output_norm.weight", h)
+    layers = tuple(_layer(src, spec, i) for i in range(spec.num_layers))
+    if src.arrays:
+        extra = ", ".join(sorted(src.arrays)[:5])
+        raise ValueError(f"unexpected weights for a {spec.arch} model: {extra}")
+    return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=layers)

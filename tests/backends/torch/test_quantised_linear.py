@@ -1,0 +1,80 @@
+"""Weight-only int8 / int4 layers: torch's CPU kernels compute ``x @ W_q.T`` for the quantised
+weight, the quantisation error stays within its step size, and the batch-size switch routes
+large batches to the dense weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backend_testkit import kv_request, probe_logits, random_weights, run
+from pie_backend_torch.linear import INT4_GROUP, ByBatchSize, Dense, Int4, Int8, quantise
+from pie_core.models.spec import ModelSpec, RopeConfig
+from torch_testkit import load_torch
+
+
+@pytest.fixture
+def weight() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(48, 96) / 10
+
+
+@pytest.mark.parametrize("cls", [Int8, Int4])
+def test_quantised_layers_multiply_by_their_own_dequantised_weight(cls, weight):
+    layer = cls(weight, torch.full((48,), 0.5, dtype=torch.bfloat16))
+    x = torch.randn(5, 96).to(torch.bfloat16)
+    got = layer(x).float()
+    want = x.float() @ layer.dequantised().T + 0.5
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+
+
+def test_int8_error_is_at_most_half_a_step_per_channel(weight):
+    layer = Int8(weight, None)
+    step = layer.scale.float()[:, None]
+    err = (layer.dequantised() - weight).abs()
+    assert bool((err <= step / 2 + 1e-6).all())
+
+
+def test_int4_error_is_within_one_step_of_its_group(weight):
+    layer = Int4(weight, None)
+    groups = weight.reshape(48, -1, INT4_GROUP)
+    step = ((groups.amax(-1) - groups.amin(-1)) / 15)[..., None]
+    err = (layer.dequantised().reshape(48, -1, INT4_GROUP) - groups).abs()
+    assert bool((err <= step * 0.75 + 1e-3).all())  # half a step, plus bf16 rounding of scale and offset
+
+
+def test_int4_needs_whole_blocks_and_falls_back_to_int8():
+    w = torch.randn(16, 40)
+    with pytest.raises(ValueError, match="divisible by 32"):
+        Int4(w, None)
+    assert isinstance(quantise(w, None, "int4", torch.bfloat16, 0), Int8)
+    assert isinstance(quantise(torch.randn(8, 64), None, "int4", torch.bfloat16, 0), Int8)
+    assert isinstance(quantise(torch.randn(16, 64), None, "int4", torch.bfloat16, 0), Int4)
+    assert isinstance(quantise(w, None, "none", torch.float32, 0), Dense)
+    packed = quantise(w, None, "none", torch.bfloat16, 0)
+    x = torch.randn(3, 40).bfloat16()
+    torch.testing.assert_close(packed(x), torch.nn.functional.linear(x, w.bfloat16()))
+
+
+def test_large_batches_use_the_dense_weights(weight):
+    layer = quantise(weight, None, "int8", torch.bfloat16, 4)
+    assert isinstance(layer, ByBatchSize)
+    small, large = torch.randn(4, 96).bfloat16(), torch.randn(5, 96).bfloat16()
+    torch.testing.assert_close(layer(small), layer.small(small))
+    torch.testing.assert_close(layer(large), layer.large(large))
+    assert not torch.equal(layer.small(large), layer.large(large))
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_a_quantised_model_stays_close_to_the_dense_one(quant):
+    spec = ModelSpec(
+        arch="qwen2", vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, qkv_bias=True, tie_embeddings=True, rope=RopeConfig(theta=1e4),
+    )
+    reqs = [kv_request(np.arange(7) * 11 % 128, np.arange(2), 4)]
+    dense = probe_logits(run(load_torch(spec, random_weights(spec), dtype="bfloat16"), reqs), reqs)[0]
+    got = probe_logits(run(load_torch(spec, random_weights(spec), dtype="bfloat16", quant=quant, quant_max_tokens=0), reqs), reqs)[0]
+    corr = np.corrcoef(dense.ravel(), got.ravel())[0, 1]
+    assert corr > (0.995 if quant == "int8" else 0.95), corr
+    assert not np.array_equal(dense, got)  # the quantised weights really ran

@@ -1,0 +1,173 @@
+"""The torch backend as a plugin: registration, options, loading, page copies, bad input."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, distribution
+
+import numpy as np
+import pytest
+import torch
+
+from backend_testkit import kv_request, load_cpu, probe_logits, random_weights, run, tiny_spec
+from pie_backend_torch import TorchBackend
+from pie_backend_torch.kv_cache import page_bytes
+from pie_core.hookspec import CONTRACT_VERSION, BackendOptions, CopyKind, ProbeKind
+from pie_core.plugins import available_backends, bind_plugin
+from pie_core.runtime.engine import default_backend_name
+from pie_core.scheduler.request import ProbeSpec
+from torch_testkit import load_torch
+
+TIGHT = dict(rtol=0, atol=1e-5)
+
+
+def test_plugin_satisfies_the_hook_spec():
+    pm = bind_plugin(TorchBackend(), "torch")
+    info = pm.hook.pie_backend_info()
+    assert info.name == "torch" and info.contract_version == CONTRACT_VERSION
+    assert {"custom_mask", "logit_mask", "probes", "embeddings", "offload"} <= info.features
+
+
+def test_entry_point_names_the_backend_and_it_becomes_the_default():
+    try:
+        distribution("pie-backend-torch")
+    except PackageNotFoundError:
+        pytest.skip("pie-backend-torch is not installed (pip install -e plugins/pie_backend_torch)")
+    assert available_backends()["torch"].entry_point.load() is TorchBackend
+    assert default_backend_name() == "torch"
+
+
+def test_pool_is_sized_from_the_memory_budget_in_the_cache_dtype():
+    spec = tiny_spec("qwen2")
+    per_page = page_bytes(spec.num_layers, 8, spec.num_kv_heads, spec.head_dim, torch.bfloat16)
+    assert per_page < page_bytes(spec.num_layers, 8, spec.num_kv_heads, spec.head_dim, torch.float32)
+    caps = TorchBackend().pie_backend_load_model(
+        spec, random_weights(spec), BackendOptions(page_size=8, dtype="bfloat16", kv_memory_bytes=per_page * 37 + 5)
+    )
+    assert caps.num_pages == 37 and caps.page_size == 8 and caps.dtype == "bfloat16" and caps.device == "cpu"
+    assert caps.vocab_size == spec.vocab_size and caps.num_host_pages > 0
+
+
+def test_explicit_page_counts_win():
+    spec = tiny_spec("qwen2")
+    caps = TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(kv_pages=12, host_pages=3))
+    assert (caps.num_pages, caps.num_host_pages, caps.dtype) == (12, 3, "float32")
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (BackendOptions(dtype="int3"), "unsupported dtype"),
+        (BackendOptions(extra={"quantize": "int8"}), "unknown torch backend option"),
+        (BackendOptions(extra={"quant": "int2"}), "unsupported quant"),
+        (BackendOptions(dtype="float32", extra={"quant": "int8"}), "bfloat16"),
+        (BackendOptions(device="tpu"), "device"),
+        (BackendOptions(extra={"kernels": "cuda"}), "kernels"),
+        (BackendOptions(extra={"cuda_graphs": "maybe"}), "boolean"),
+        (BackendOptions(page_size=0), "page_size"),
+    ],
+)
+def test_bad_options_are_refused_with_what_to_use(options, message):
+    spec = tiny_spec("qwen2")
+    with pytest.raises(ValueError, match=message):
+        TorchBackend().pie_backend_load_model(spec, random_weights(spec), options)
+
+
+def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    spec = tiny_spec("qwen2")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(extra={"kernels": "triton"}))
+
+
+def test_auto_dtype_picks_bf16_with_int4_decode_on_a_bf16_cpu():
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no native bf16")
+    spec = tiny_spec("qwen2")
+    backend = TorchBackend()
+    caps = backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="auto", kv_pages=4))
+    assert caps.dtype == "bfloat16"
+    assert backend._config is not None and backend._config.quant == "int4"
+
+
+def test_load_rejects_missing_misshapen_and_unexpected_weights():
+    spec = tiny_spec("qwen2")
+    weights = dict(random_weights(spec))
+    missing = {k: v for k, v in weights.items() if k != "blk.1.ffn_up.weight"}
+    with pytest.raises(ValueError, match="blk.1.ffn_up.weight.*missing"):
+        TorchBackend().pie_backend_load_model(spec, missing.items(), BackendOptions())
+    bad = {**weights, "blk.0.attn_k.weight": np.zeros((3, 3), np.float32)}
+    with pytest.raises(ValueError, match="blk.0.attn_k.weight.*shape"):
+        TorchBackend().pie_backend_load_model(spec, bad.items(), BackendOptions())
+    extra = {**weights, "blk.0.attn_output.bias": np.zeros(spec.hidden_size, np.float32)}
+    with pytest.raises(ValueError, match="unexpected"):
+        TorchBackend().pie_backend_load_model(spec, extra.items(), BackendOptions())
+
+
+def test_hooks_need_a_loaded_model():
+    with pytest.raises(RuntimeError, match="no model loaded"):
+        TorchBackend().pie_backend_capabilities()
+    with pytest.raises(RuntimeError, match="no model loaded"):
+        TorchBackend().pie_backend_copy_pages(CopyKind.DEVICE_TO_DEVICE, np.array([0]), np.array([1]))
+
+
+def _tokens(n: int, seed: int) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 90, n).tolist()
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_copies_in_every_direction_preserve_the_context(kernels):
+    spec = tiny_spec("gemma3")  # sliding layers: slot positions must travel with the pages
+    backend = load_torch(spec, kv_pages=32, host_pages=8, kernels=kernels)
+    src = np.array([3, 8, 1, 20], dtype=np.int32)
+    run(backend, [kv_request(_tokens(14, 50), src, 4, probe_all=False)])
+    step = lambda pages: [kv_request([7], pages, 4, start=14)]  # noqa: E731
+    expected = probe_logits(run(backend, step(src)), step(src))[0]
+
+    fork = np.array([30, 4, 12, 9], dtype=np.int32)
+    backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_DEVICE, src, fork)
+    np.testing.assert_allclose(probe_logits(run(backend, step(fork)), step(fork))[0], expected, **TIGHT)
+
+    host = np.array([5, 0, 7, 2], dtype=np.int32)
+    backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_HOST, src, host)
+    run(backend, [kv_request(_tokens(16, 51), src, 4, probe_all=False)])  # clobber the device pages
+    assert not np.allclose(probe_logits(run(backend, step(src)), step(src))[0], expected, **TIGHT)
+    restored = np.array([11, 13, 15, 17], dtype=np.int32)
+    backend.pie_backend_copy_pages(CopyKind.HOST_TO_DEVICE, host, restored)
+    np.testing.assert_allclose(probe_logits(run(backend, step(restored)), step(restored))[0], expected, **TIGHT)
+
+
+def test_copy_rejects_bad_page_ids():
+    backend = load_torch(tiny_spec("qwen2"), kv_pages=8, host_pages=2)
+    with pytest.raises(ValueError, match="out of range"):
+        backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_HOST, np.array([1]), np.array([2]))
+    with pytest.raises(ValueError, match="out of range"):
+        backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_DEVICE, np.array([8]), np.array([0]))
+    with pytest.raises(ValueError, match="as many"):
+        backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_DEVICE, np.array([1, 2]), np.array([0]))
+    with pytest.raises(ValueError, match="distinct"):
+        backend.pie_backend_copy_pages(CopyKind.DEVICE_TO_DEVICE, np.array([1, 2]), np.array([0, 0]))
+
+
+def test_forward_rejects_write_slots_outside_the_pages():
+    backend = load_torch(tiny_spec("qwen2"))
+    req = kv_request([1, 2], np.arange(1), 4)
+    req.write_slots = np.array([0, 4], dtype=np.int32)
+    with pytest.raises(ValueError, match="kv_write_slots"):
+        run(backend, [req])
+
+
+def test_embedding_probes_read_the_final_hidden_state_like_the_reference():
+    spec = tiny_spec("gemma3")
+    probes = (ProbeSpec(index=2, kind=ProbeKind.EMBEDDING), ProbeSpec(index=0, kind=ProbeKind.EMBEDDING))
+    req = [kv_request(_tokens(4, 3), np.arange(1), 4, probes=probes, probe_all=False)]
+    want = run(load_cpu(spec), req).probes
+    got = run(load_torch(spec), req).probes
+    assert len(got) == 2
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32 and g.shape == (spec.hidden_size,)
+        np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+def test_a_pass_with_nothing_to_read_returns_nothing():
+    out = run(load_torch(tiny_spec("qwen2")), [kv_request([1, 2, 3], np.arange(1), 4, probe_all=False)])
+    assert out.tokens.shape == (0,) and out.probes == ()

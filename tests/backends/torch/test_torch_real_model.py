@@ -1,0 +1,110 @@
+"""The torch backend on the real default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF).
+
+fp32 mode generates exactly the cpu backend's 64 greedy tokens; bf16 logits match transformers
+(fp32, same GGUF) within bf16 rounding; and the default CPU mode (bf16, with weight-only int4 for
+decode steps) decodes tokens that transformers, teacher-forced on them, ranks at or near the top. Each torch engine is loaded once per module; the cpu engine and transformers are
+the shared fixtures of tests/integration/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from inferlet import Context, Logits, Model, Sampler, runtime
+from pie_core.hookspec import BackendOptions
+from pie_core.runtime.engine import Engine
+from pie_core.runtime.instance import run_main
+
+pytestmark = pytest.mark.model
+
+SYSTEM = "You are a concise assistant that answers questions about programming."
+USER = "Write a Python function that checks whether a number is prime."
+
+
+@pytest.fixture(scope="module")
+def auto_engine():
+    """The torch backend as a user gets it by default on this CPU (dtype auto: bf16, int4 decode)."""
+    engine = Engine("torch", options=BackendOptions(dtype="auto"))
+    engine.load(None)
+    yield engine
+    asyncio.run(engine.close())
+
+
+def _prompt(ctx: Context) -> list[int]:
+    ctx.system(SYSTEM).user(USER).cue()
+    return ctx.buffer()
+
+
+async def _greedy(_) -> tuple[list[int], list[int]]:
+    model = Model.load(runtime.models()[0])
+    with Context(model) as ctx:
+        ids = _prompt(ctx)
+        g = ctx.generate(Sampler.argmax(), max_tokens=64, stop=[], auto_flush=False)
+        return ids, await g.collect_tokens()
+
+
+async def _prompt_logits(_) -> tuple[list[int], list[list[float]]]:
+    model = Model.load(runtime.models()[0])
+    with Context(model) as ctx:
+        ids = _prompt(ctx)
+        fwd = ctx.forward()
+        fwd.input(ids)
+        handles = [fwd.probe(i, Logits()) for i in range(len(ids))]
+        out = await fwd.execute()
+        return ids, [np.frombuffer(out.logits(h), dtype=np.float32).tolist() for h in handles]
+
+
+def _hf_logits(hf_model, ids: list[int]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return hf_model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def _run(engine: Engine, main):
+    final = asyncio.run(run_main(engine, main, {}, lambda event: None))
+    assert final.kind == "return", final.value
+    assert engine.pools_whole(), "a test left KV pages allocated"
+    return final.value
+
+
+def test_fp32_greedy_64_tokens_equal_the_cpu_backend(cpu_engine):
+    engine = Engine("torch", options=BackendOptions(dtype="float32"))
+    engine.load(None)
+    try:
+        ids, ours = _run(engine, _greedy)
+    finally:
+        asyncio.run(engine.close())
+    ref_ids, ref = _run(cpu_engine, _greedy)
+    assert ids == ref_ids and len(ours) == 64
+    first = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
+    assert ours == ref, f"greedy tokens diverge at step {first}: torch {ours[first:first + 5]}, cpu {ref[first:first + 5]}"
+
+
+def test_bf16_prompt_logits_match_transformers(auto_engine, hf_model):
+    assert next(iter(auto_engine.models.values())).caps.dtype == "bfloat16"
+    ids, rows = _run(auto_engine, _prompt_logits)
+    ours = np.asarray(rows, dtype=np.float32)
+    ref = _hf_logits(hf_model, ids)[:, : ours.shape[1]]
+    # bf16 keeps 8 mantissa bits: ~0.4% per rounding, accumulated over 24 layers
+    err = np.abs(ours - ref).max(axis=1)
+    scale = np.abs(ref).max(axis=1)
+    assert np.all(err <= 0.05 * scale), f"max |Δ|/max|logit| = {float((err / scale).max()):.3f}"
+    logp = lambda x: x - np.logaddexp.reduce(x, axis=1, keepdims=True)  # noqa: E731
+    p = np.exp(logp(ref))
+    kl = (p * (logp(ref) - logp(ours))).sum(axis=1)
+    assert kl.mean() < 5e-3, f"mean KL(transformers || torch bf16) = {kl.mean():.4f}"
+    assert np.mean(ours.argmax(1) == ref.argmax(1)) >= 0.9
+
+
+def test_default_cpu_mode_decodes_tokens_transformers_ranks_at_the_top(auto_engine, hf_model):
+    ids, ours = _run(auto_engine, _greedy)
+    assert len(ours) == 64
+    ref = _hf_logits(hf_model, ids + ours[:-1])[len(ids) - 1 :]
+    chosen = ref[np.arange(64), ours]
+    gap = ref.max(axis=1) - chosen  # 0 where transformers would have picked the same token
+    assert np.mean(gap == 0) >= 0.85, f"only {np.mean(gap == 0):.2f} of the tokens are transformers' own argmax"
+    assert gap.max() < 1.0, f"a decoded token is {gap.max():.2f} logits below transformers' best"
