@@ -74,3 +74,12 @@ def test_registration_errors_name_the_hook_or_version(cpu_run, dummy_run):
             "test_missing_hook_is_refused_naming_the_hook",
         ):
             assert any(case in c for c in passed), f"{case} did not pass on {run.report['backend']}"
+
+
+def test_torch_backend_in_float32_passes_every_surface_cpu_passes(tmp_path):
+    pytest.importorskip("pie_backend_torch")
+    run = run_suite(tmp_path, "torch", "--pie-dtype", "float32")
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.report["totals"]["failed"] == 0 and run.report["numerics"] == "on"
+    for surface in NUMERIC + NON_NUMERIC:
+        assert run.surface(surface)["passed"] > 0, f"{surface}: nothing ran on torch"
