@@ -6,7 +6,7 @@ from typing import Any
 
 from pie_core.host import runtime as _host
 
-__all__ = ["models", "version", "instance_id", "username", "spawn"]
+__all__ = ["models", "version", "instance_id", "username", "spawn", "scratch_dir", "scratch_path"]
 
 
 def models() -> list[str]:
@@ -32,3 +32,20 @@ def username() -> str:
 async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
     """Start another inferlet (``name`` or ``name@version``) and return its result."""
     return await _host.spawn(name, args)
+
+
+def scratch_dir() -> str:
+    """The launching user's private scratch directory (a Pie for Python addition).
+
+    Each user gets their own directory; it persists across inferlet runs.
+    """
+    return _host.scratch_dir()
+
+
+def scratch_path(relative: str) -> str:
+    """Absolute path of ``relative`` inside :func:`scratch_dir` (a Pie for Python addition).
+
+    Raises:
+        InvalidInput: The path is absolute or escapes the scratch directory.
+    """
+    return _host.scratch_path(relative)

@@ -34,6 +34,9 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
     p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
+    p.add_argument("--isolation", choices=["process", "inprocess"], default="process",
+                   help="run each inferlet in its own worker process with limits from config (default), "
+                   "or as a task in the server process (faster start, no containment)")
     p.set_defaults(handler=_serve)
 
 
@@ -65,13 +68,17 @@ def _serve(args: argparse.Namespace) -> int:
     with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval)
-    server = PieServer(engine, options, auth=auth, console=console)
+    from pie_core.server.isolation import ProcessLauncher, WorkerLimits
+    from pie_core.server.launcher import InProcessLauncher
+
+    launcher = ProcessLauncher(WorkerLimits.from_config()) if args.isolation == "process" else InProcessLauncher()
+    server = PieServer(engine, options, auth=auth, console=console, launcher=launcher)
 
     async def run() -> None:
         await server.start()
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
-                    f"{', '.join(engine.models)} on {engine.backend} · {mode}", soft_wrap=True)
+                    f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)
         await server.serve_until_signalled()
         console.print("pie serve stopped")
 

@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pie_core.errors import PieError
@@ -28,6 +29,7 @@ class HostInstance:
     resources: set[Any] = field(default_factory=set)  # objects with .release(), freed at exit
     inbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     files: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+    scratch_root: Path | None = None  # per-user scratch dirs live under it (server only)
 
     def release_all(self) -> None:
         """Free every resource the instance still holds (its pages return to the pools)."""

@@ -75,8 +75,10 @@ class PieServer:
         self._close_engine = close_engine
         self.options = options or ServerOptions()
         self.auth = auth
-        self.store = ProgramStore(self.options.data_dir or config_home() / "server", max_upload=self.options.max_upload)
-        self.processes = ProcessTable(engine, launcher or InProcessLauncher(), retain_s=self.options.retain_s)
+        data_dir = self.options.data_dir or config_home() / "server"
+        self.store = ProgramStore(data_dir, max_upload=self.options.max_upload)
+        self.processes = ProcessTable(engine, launcher or InProcessLauncher(), retain_s=self.options.retain_s,
+                                      scratch_root=data_dir / "scratch")
         self.rate = RateMeter()
         self.console = console or Console(stderr=True)
         self.connection_count = 0

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from pie_core.errors import InvalidInput, NotFound
@@ -78,8 +79,10 @@ class Process:
 class ProcessTable:
     """All processes of a server; every lookup is by ``(user, id)``, so users stay apart."""
 
-    def __init__(self, engine: Engine, launcher: Launcher, *, max_buffered: int = 10_000, retain_s: float = 3600.0) -> None:
+    def __init__(self, engine: Engine, launcher: Launcher, *, max_buffered: int = 10_000, retain_s: float = 3600.0,
+                 scratch_root: Path | None = None) -> None:
         self.engine = engine
+        self.scratch_root = scratch_root
         self.launcher = launcher
         self.max_buffered = max_buffered
         self.retain_s = retain_s
@@ -95,7 +98,8 @@ class ProcessTable:
         """Start ``manifest``'s inferlet for ``user``, attached to (and owned by) ``sink``."""
         pid = uuid.uuid4().hex[:12]
         proc = Process(pid, user, f"{manifest.name}@{manifest.version}", instance=None)  # type: ignore[arg-type]
-        proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid)
+        proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid,
+                                     scratch_root=self.scratch_root)
         self._procs[pid] = proc
         proc.owner = sink
         self.attach(user, pid, sink)

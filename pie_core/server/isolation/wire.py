@@ -2,8 +2,8 @@
 
 Engine-side objects that must stay in the engine (contexts, matchers, subscriptions, MCP
 sessions, chat builders) cross as :class:`Ref` ids. The engine decodes what a worker sends with
-a restricted unpickler: only plain data, numpy arrays, and Pie's own dataclasses, enums and
-errors may appear, so a hostile worker cannot make the engine run code.
+a restricted unpickler: only plain data, numpy arrays, and Pie's own frozen dataclasses, enums
+and errors may appear, so a hostile worker cannot make the engine run code.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import io
+import pathlib
 import pickle
 import struct
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Ref", "HandleTable", "encode_for_worker", "decode_from_worker", "frame", "HEADER"]
+__all__ = ["Ref", "HandleTable", "encode_for_worker", "decode_from_worker", "frame", "is_value", "HEADER"]
 
 HEADER = struct.Struct("!I")
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset, range, slice)
@@ -52,10 +53,17 @@ class HandleTable:
             raise LookupError(f"unknown handle {rid}") from None
 
 
-def _is_value(obj: Any) -> bool:
-    if isinstance(obj, _PLAIN + (np.ndarray, np.generic, np.dtype, enum.Enum, BaseException, Ref)):
+def is_value(obj: Any) -> bool:
+    """True for what crosses by value: plain data, numpy, paths, enums, errors, dataclasses."""
+    if isinstance(obj, _PLAIN + (np.ndarray, np.generic, np.dtype, enum.Enum, BaseException, Ref, pathlib.PurePath)):
         return True
-    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+    return not isinstance(obj, type) and _frozen_dataclass(type(obj))
+
+
+def _frozen_dataclass(cls: type) -> bool:
+    """Frozen dataclasses are Pie's value types (specs, outputs, sources); mutable ones such as
+    ``HostInstance`` hold engine state and must never cross by value."""
+    return dataclasses.is_dataclass(cls) and bool(cls.__dataclass_params__.frozen)  # type: ignore[attr-defined]
 
 
 class _EnginePickler(pickle.Pickler):
@@ -64,7 +72,7 @@ class _EnginePickler(pickle.Pickler):
         self.table = table
 
     def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, type) or _is_value(obj):
+        if isinstance(obj, type) or is_value(obj):
             return None
         return self.table.ref(obj)
 
@@ -98,7 +106,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
                 return cls
         if module.startswith("pie_core."):
             cls = super().find_class(module, name)
-            if isinstance(cls, type) and (dataclasses.is_dataclass(cls) or issubclass(cls, (enum.Enum, BaseException))):
+            if isinstance(cls, type) and (_frozen_dataclass(cls) or issubclass(cls, (enum.Enum, BaseException))):
                 return cls
         raise pickle.UnpicklingError(f"a worker may not send {module}.{name}")
 
