@@ -7,7 +7,8 @@ Hugging Face's ``repeat_kv`` does, without repeating K/V: queries are grouped pe
 Keys are read from the pool as ``[kv_heads, length, head_dim]``: a slice of the pool for a
 request whose pages are consecutive (in place), else a gather of the batch's own pages (never
 the whole cache). Decode groups run as two batched matmuls around a float32 softmax (cheaper
-than the fused kernel for one query row); prefill blocks and custom masks go through
+than the fused kernel for one query row), in float32 on a CPU: torch's bf16 batched matmul
+takes the slow path at these shapes (2-3x the float32 time, including the casts); prefill blocks and custom masks go through
 ``scaled_dot_product_attention`` with a boolean mask. A query that may see no key gets zeros.
 """
 
@@ -26,7 +27,8 @@ def _keys(ks: torch.Tensor, slots: torch.Tensor | None, first: int, length: int)
     """``[kv_heads, (G,) length, head_dim]``: in place when ``slots`` is None."""
     if slots is None:
         return ks[:, first : first + length]
-    return ks[:, slots]
+    # index_select over the flattened ids: ~2.5x faster than advanced indexing on a CPU
+    return ks.index_select(1, slots.reshape(-1)).view(ks.shape[0], *slots.shape, ks.shape[2])
 
 
 def _weighted(
@@ -50,8 +52,10 @@ def _decode(q: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, g: DecodeGroup,
         k, v = k.unsqueeze(1), v.unsqueeze(1)
     bias = g.bias_sliding if sliding and g.bias_sliding is not None else g.bias
     qh = qg.view(members, kvh, heads // kvh, d).transpose(0, 1)
+    if k.device.type == "cpu" and k.dtype != torch.float32:
+        qh, k, v = qh.float(), k.float(), v.float()
     out = _weighted(qh, k, v, bias[:, None, :], softcap)  # [KV, G, group, d]
-    return out.transpose(0, 1).reshape(members, heads * d)
+    return out.transpose(0, 1).reshape(members, heads * d).to(q.dtype)
 
 
 def _block(q: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, b: Block, sliding: bool, softcap: float | None) -> torch.Tensor:
