@@ -44,7 +44,7 @@ __all__ = [
     "BackendSpec",
 ]
 
-CONTRACT_VERSION = "1.1"
+CONTRACT_VERSION = "1.2"
 """Major.minor of this contract. A plugin whose major differs is refused at registration; any
 minor of the same major is accepted (minors only add optional, feature-gated capabilities)."""
 
@@ -109,6 +109,10 @@ class BackendOptions:
     kv_memory_bytes: int = 1 << 30
     host_pages: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    weights_key: str = ""
+    """Names the content of the weights being loaded (the same key means the same weights), so a
+    backend may keep what it derives from them (packed or quantised copies) and skip the work next
+    time; "" when unknown. Set by the engine (contract 1.2)."""
 
 
 @dataclass(frozen=True, slots=True)

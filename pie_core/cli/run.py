@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pie_core.cli.backend_args import add_backend_arguments, backend_options
 from pie_core.cli.progress import loading_bar
 from pie_core.errors import InvalidInput
 from pie_core.host.binding import HostInstance
@@ -36,6 +37,7 @@ def register(sub: Any) -> None:
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--events", choices=["jsonl"], help="print every event as one JSON object per line")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
+    add_backend_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--file", action="append", default=[], metavar="PATH", help="queue a file for session.receive_file() (repeatable)"
@@ -59,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
     files = [_read_file(f) for f in args.file]
-    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy)
+    engine = Engine("dummy" if args.dummy else args.backend, options=backend_options(args), policy=args.policy)
     with loading_bar("loading model", enabled=not args.quiet and sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
     saver = _FileSaver(Path(args.output_dir), manifest.name)

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pie_core.cli.backend_args import add_backend_arguments, backend_options
 from pie_core.cli.progress import loading_bar
 from pie_core.errors import InvalidInput
 
@@ -34,6 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
     p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
+    add_backend_arguments(p)
     p.add_argument("--isolation", choices=["process", "inprocess"], default="process",
                    help="run each inferlet in its own worker process with limits from config (default), "
                    "or as a task in the server process (faster start, no containment)")
@@ -64,7 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise InvalidInput("auth is on but no users exist: add one with 'pie auth add NAME' (or use --no-auth on a loopback host)")
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy)
+    engine = Engine("dummy" if args.dummy else args.backend, options=backend_options(args), policy=args.policy)
     with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -90,7 +92,9 @@ class Engine:
             return self.models[source.name]
         pm = bind_backend(self.backend)
         caps: Capabilities = pm.hook.pie_backend_load_model(
-            spec=source.spec, weights=source.weights(progress=progress), options=self.options
+            spec=source.spec,
+            weights=source.weights(progress=progress),
+            options=dataclasses.replace(self.options, weights_key=source.cache_key),
         )
         model = LoadedModel(
             name=source.name,

@@ -117,3 +117,10 @@ def test_text_completion_on_the_cpu_backend_prints_a_reply(pie_cli):
     generated = json.loads(last)["tokens"]
     assert 1 <= generated <= 8
     assert "".join(text).strip(), f"no reply text printed: {r.stdout!r}"
+
+
+@pytest.mark.skipif("torch" not in available_backends(), reason="the torch backend is not installed")
+def test_backend_options_reach_the_backend_which_refuses_unknown_ones(pie_cli):
+    r = pie_cli("run", "hello-world", "--backend", "torch", "--backend-option", "quant=int3")
+    assert r.returncode == 1
+    assert "unsupported quant 'int3'" in r.stderr

@@ -26,7 +26,7 @@ from pie_backend_torch.layout import check_batch
 from pie_backend_torch.model import Transformer
 from pie_backend_torch.options import TorchConfig, resolve_options
 from pie_backend_torch.sampling import Drawer, Masker, draw, sample_and_probe
-from pie_backend_torch.weights import build_weights
+from pie_backend_torch.weights_store import load_weights
 
 __all__ = [
     "TorchBackend",
@@ -120,7 +120,7 @@ class TorchBackend:
             raise ValueError(f"kv_memory_bytes={options.kv_memory_bytes} holds no page of {per_page} bytes; raise it")
         host_pages = options.host_pages or DEFAULT_HOST_PAGES
         with torch.inference_mode():
-            model_weights = build_weights(spec, weights, config)
+            model_weights = load_weights(spec, weights, config)
         cache = KvCache(
             spec.num_layers,
             num_pages,

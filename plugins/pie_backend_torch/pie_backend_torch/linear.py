@@ -14,7 +14,20 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Linear", "Dense", "PackedDense", "dense", "Int8", "Int4", "ByBatchSize", "quantise", "fits_int4", "INT4_GROUP"]
+__all__ = [
+    "Linear",
+    "Dense",
+    "PackedDense",
+    "dense",
+    "Int8",
+    "Int4",
+    "ByBatchSize",
+    "quantise",
+    "fits_int4",
+    "INT4_GROUP",
+    "layer_tensors",
+    "rebuild_layer",
+]
 
 INT4_GROUP = 32
 _INT4_INNER_K_TILES = 2
@@ -73,7 +86,17 @@ class Int8:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         w = weight.float()
         scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).to(torch.bfloat16)
-        self.weight = torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        self._set(torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8), scale, bias)
+
+    @classmethod
+    def from_quantised(cls, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8":
+        """The layer over already quantised ``weight`` (int8 ``[out, in]``) and ``scale``."""
+        layer = cls.__new__(cls)
+        layer._set(weight, scale, bias)
+        return layer
+
+    def _set(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight = weight.contiguous()
         self.scale = scale
         self.bias = bias
         self.out_features = int(weight.shape[0])
@@ -101,14 +124,23 @@ class Int4:
         scale = ((hi - lo) / 15.0).clamp(min=1e-8).to(torch.bfloat16)
         zero = (lo + 8 * scale.float()).to(torch.bfloat16)
         q = torch.round((w - zero.float()[..., None]) / scale.float()[..., None] + 8).clamp(0, 15)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-            q.to(torch.int32).reshape(out, inp), _INT4_INNER_K_TILES
-        )
-        self.in_features = int(inp)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).reshape(out, inp), _INT4_INNER_K_TILES)
         # [in / group, out, 2]: (scale, zero) per group and output channel
-        self.scales_and_zeros = torch.stack([scale, zero], dim=2).transpose(0, 1).contiguous()
+        self._set(packed, torch.stack([scale, zero], dim=2).transpose(0, 1).contiguous(), bias)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, scales_and_zeros: torch.Tensor, bias: torch.Tensor | None) -> "Int4":
+        """The layer over weights packed by an earlier :class:`Int4` (same torch version)."""
+        layer = cls.__new__(cls)
+        layer._set(packed, scales_and_zeros, bias)
+        return layer
+
+    def _set(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.packed = packed
+        self.scales_and_zeros = scales_and_zeros
+        self.in_features = int(scales_and_zeros.shape[0]) * INT4_GROUP
         self.bias = bias
-        self.out_features = int(out)
+        self.out_features = int(scales_and_zeros.shape[1])
 
     def dequantised(self) -> torch.Tensor:
         """The effective ``[out, in]`` weight (read back through the kernel; for tests)."""
@@ -154,3 +186,45 @@ def quantise(
     if max_tokens <= 0:
         return small
     return ByBatchSize(small, dense(weight, bias, dtype), max_tokens)
+
+
+def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Tensors from which :func:`rebuild_layer` makes ``layer`` again without its float weight.
+
+    Args:
+        layer: What :func:`quantise` returned for ``weight``.
+        weight: The float ``[out, in]`` weight it was built from (dense layers keep only a packed
+            copy, so their tensor is this one in ``dtype``).
+        dtype: The compute dtype.
+    """
+    if isinstance(layer, ByBatchSize):
+        parts = {f"small.{k}": v for k, v in layer_tensors(layer.small, weight, dtype).items()}
+        return parts | {f"large.{k}": v for k, v in layer_tensors(layer.large, weight, dtype).items()}
+    bias = getattr(layer, "bias", None)
+    if isinstance(layer, Int4):
+        out = {"int4": layer.packed, "scales_and_zeros": layer.scales_and_zeros}
+    elif isinstance(layer, Int8):
+        out = {"int8": layer.weight, "scale": layer.scale}
+    else:
+        out = {"dense": weight.to(dtype)}
+    return out if bias is None else out | {"bias": bias}
+
+
+def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_tokens: int) -> Linear:
+    """The layer that :func:`layer_tensors` described (``max_tokens`` as in :func:`quantise`).
+
+    Raises:
+        ValueError: The tensors describe no layer kind.
+    """
+    small = {k[6:]: v for k, v in tensors.items() if k.startswith("small.")}
+    if small:
+        large = {k[6:]: v for k, v in tensors.items() if k.startswith("large.")}
+        return ByBatchSize(rebuild_layer(small, dtype, 0), rebuild_layer(large, dtype, 0), max_tokens)
+    bias = tensors.get("bias")
+    if "int4" in tensors:
+        return Int4.from_packed(tensors["int4"], tensors["scales_and_zeros"], bias)
+    if "int8" in tensors:
+        return Int8.from_quantised(tensors["int8"], tensors["scale"], bias)
+    if "dense" in tensors:
+        return dense(tensors["dense"], bias, dtype)
+    raise ValueError(f"no linear layer in tensors {sorted(tensors)}")

@@ -13,6 +13,10 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   needs ``TRITON_INTERPRET=1`` (slow; for tests).
 - ``cuda_graphs``: capture decode steps in CUDA graphs (default true on CUDA with the Triton
   kernels; ignored on a CPU).
+- ``weights_cache``: keep the weights this backend derives (bf16 copies, int4/int8 packs) in
+  ``<pie cache>/torch/`` and load them from there next time (default true; CPU only, and only
+  when the engine names the weights with ``BackendOptions.weights_key`` and something is derived:
+  plain float32 weights are the engine's own cache already).
 - ``threads``: intra-op threads for CPU work (``torch.set_num_threads``, process-wide; default:
   torch's own choice).
 """
@@ -39,7 +43,7 @@ DTYPES = {
 }
 QUANT_KINDS = ("none", "int8", "int4")
 DEFAULT_QUANT_MAX_TOKENS = 8
-_KNOWN_EXTRA = {"quant", "quant_max_tokens", "kernels", "cuda_graphs", "threads"}
+_KNOWN_EXTRA = {"quant", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,10 @@ class TorchConfig:
     kernels: str
     cuda_graphs: bool
     threads: int | None
+    weights_key: str
+    """The engine's name for the weights' content, or "" (see ``BackendOptions.weights_key``)."""
+    weights_cache: bool
+    """Whether derived weights are kept on disk under ``weights_key``."""
 
     @property
     def dtype_name(self) -> str:
@@ -139,4 +147,9 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         kernels=kernels,
         cuda_graphs=graphs,
         threads=None if threads is None else int(threads),
+        weights_key=options.weights_key,
+        weights_cache=_flag(extra, "weights_cache", True)
+        and bool(options.weights_key)
+        and device.type == "cpu"
+        and (quant != "none" or dtype != torch.float32),
     )

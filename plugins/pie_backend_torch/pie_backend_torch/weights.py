@@ -10,17 +10,19 @@ shares the table when no packing or quantisation applies).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
 from pie_core.models.spec import ModelSpec
 
-from pie_backend_torch.linear import Linear, quantise
+from pie_backend_torch.linear import Linear, layer_tensors, quantise, rebuild_layer
 from pie_backend_torch.options import TorchConfig
 
-__all__ = ["LayerWeights", "ModelWeights", "build_weights"]
+__all__ = ["LayerWeights", "ModelWeights", "build_weights", "rebuild_weights"]
+
+_Take = Callable[[str, tuple[int, ...]], torch.Tensor]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +52,16 @@ class ModelWeights:
 
 
 class _Source:
-    """Takes named arrays out of the loaded dict, checking shapes, and moves them to torch."""
+    """Takes named arrays out of the loaded dict, checking shapes, and lays them out.
 
-    def __init__(self, arrays: dict[str, np.ndarray], config: TorchConfig) -> None:
+    Every tensor it returns is also put in ``record`` (when given) under a name that
+    :class:`_Recorded` finds it by, so the result can be saved and rebuilt without the arrays.
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray], config: TorchConfig, record: dict[str, torch.Tensor] | None) -> None:
         self.arrays = arrays
         self.config = config
+        self.record = record
 
     def take(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if name not in self.arrays:
@@ -64,78 +71,143 @@ class _Source:
             raise ValueError(f"weight {name!r} has shape {arr.shape}, expected {shape}")
         return torch.from_numpy(np.array(arr, dtype=np.float32))
 
+    def _keep(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        if self.record is not None:
+            self.record[name] = tensor
+        return tensor
+
     def vector(self, name: str, size: int) -> torch.Tensor:
-        return self.take(name, (size,)).to(self.config.device, self.config.dtype)
+        return self._keep(name, self.take(name, (size,)).to(self.config.device, self.config.dtype))
 
     def residual_norm(self, name: str, size: int) -> torch.Tensor:
         """Weights of a norm over the residual stream, which stays float32."""
-        return self.take(name, (size,)).to(self.config.device)
+        return self._keep(name, self.take(name, (size,)).to(self.config.device))
 
     def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
         return self.vector(name, size) if present else None
 
-    def linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+        return self._keep("embed", weight.to(self.config.device, self.config.dtype))
+
+    def linear(
+        self, name: str, weight: Callable[[], torch.Tensor], bias: Callable[[], torch.Tensor] | None = None
+    ) -> Linear:
         cfg = self.config
-        return quantise(
-            weight.to(cfg.device), None if bias is None else bias.to(cfg.device), cfg.quant, cfg.dtype, cfg.quant_max_tokens
-        )
+        w = weight().to(cfg.device)
+        layer = quantise(w, None if bias is None else bias().to(cfg.device), cfg.quant, cfg.dtype, cfg.quant_max_tokens)
+        if self.record is not None:
+            self.record.update({f"{name}/{k}": v for k, v in layer_tensors(layer, w, cfg.dtype).items()})
+        return layer
 
 
-def _layer(src: _Source, spec: ModelSpec, i: int) -> LayerWeights:
+class _Recorded:
+    """The same calls as :class:`_Source`, answered from tensors it recorded (a weights cache)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], config: TorchConfig) -> None:
+        self.tensors = tensors
+        self.config = config
+
+    def _get(self, name: str) -> torch.Tensor:
+        if name not in self.tensors:
+            raise ValueError(f"tensor {name!r} is missing from the cached weights")
+        return self.tensors[name].to(self.config.device)
+
+    def vector(self, name: str, size: int) -> torch.Tensor:
+        return self._get(name)
+
+    residual_norm = vector
+
+    def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
+        return self._get(name) if present else None
+
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+        return self._get("embed")
+
+    def linear(
+        self, name: str, weight: Callable[[], torch.Tensor], bias: Callable[[], torch.Tensor] | None = None
+    ) -> Linear:
+        prefix = f"{name}/"
+        parts = {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+        return rebuild_layer(parts, self.config.dtype, self.config.quant_max_tokens)
+
+
+def _layer(src: _Source | _Recorded, spec: ModelSpec, i: int, take: _Take) -> LayerWeights:
     h, hd = spec.hidden_size, spec.head_dim
     q_out, kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
     inter = spec.intermediate_size
     p = f"blk.{i}."
-    qkv = torch.cat(
-        [
-            src.take(p + "attn_q.weight", (q_out, h)),
-            src.take(p + "attn_k.weight", (kv_out, h)),
-            src.take(p + "attn_v.weight", (kv_out, h)),
-        ]
-    )
-    bias = None
-    if spec.qkv_bias:
-        bias = torch.cat(
-            [
-                src.take(p + "attn_q.bias", (q_out,)),
-                src.take(p + "attn_k.bias", (kv_out,)),
-                src.take(p + "attn_v.bias", (kv_out,)),
-            ]
-        )
-    gate_up = torch.cat([src.take(p + "ffn_gate.weight", (inter, h)), src.take(p + "ffn_up.weight", (inter, h))])
+
+    def qkv() -> torch.Tensor:
+        return torch.cat([take(p + "attn_q.weight", (q_out, h)), take(p + "attn_k.weight", (kv_out, h)), take(p + "attn_v.weight", (kv_out, h))])
+
+    def qkv_bias() -> torch.Tensor:
+        return torch.cat([take(p + "attn_q.bias", (q_out,)), take(p + "attn_k.bias", (kv_out,)), take(p + "attn_v.bias", (kv_out,))])
+
+    def gate_up() -> torch.Tensor:
+        return torch.cat([take(p + "ffn_gate.weight", (inter, h)), take(p + "ffn_up.weight", (inter, h))])
+
     return LayerWeights(
         attn_norm=src.residual_norm(p + "attn_norm.weight", h),
-        qkv=src.linear(qkv, bias),
+        qkv=src.linear(p + "qkv", qkv, qkv_bias if spec.qkv_bias else None),
         q_norm=src.maybe_vector(p + "attn_q_norm.weight", hd, spec.qk_norm),
         k_norm=src.maybe_vector(p + "attn_k_norm.weight", hd, spec.qk_norm),
-        attn_output=src.linear(src.take(p + "attn_output.weight", (h, q_out))),
+        attn_output=src.linear(p + "attn_output", lambda: take(p + "attn_output.weight", (h, q_out))),
         post_attention_norm=src.maybe_vector(p + "post_attention_norm.weight", h, spec.sandwich_norm),
         ffn_norm=src.residual_norm(p + "ffn_norm.weight", h),
-        gate_up=src.linear(gate_up),
-        ffn_down=src.linear(src.take(p + "ffn_down.weight", (h, inter))),
+        gate_up=src.linear(p + "gate_up", gate_up),
+        ffn_down=src.linear(p + "ffn_down", lambda: take(p + "ffn_down.weight", (h, inter))),
         post_ffw_norm=src.maybe_vector(p + "post_ffw_norm.weight", h, spec.sandwich_norm),
     )
 
 
-def build_weights(spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], config: TorchConfig) -> ModelWeights:
+def build_weights(
+    spec: ModelSpec,
+    weights: Iterable[tuple[str, np.ndarray]],
+    config: TorchConfig,
+    record: dict[str, torch.Tensor] | None = None,
+) -> ModelWeights:
     """Consume ``(canonical name, array)`` pairs and lay them out for the forward.
+
+    Args:
+        record: When given, receives every tensor of the result by name (for
+            :func:`rebuild_weights`; dense layers add their unpacked weight).
 
     Raises:
         ValueError: A weight is missing, misshapen, or not expected by ``spec``.
     """
-    src = _Source(dict(weights), config)
+    src = _Source(dict(weights), config, record)
     vocab, h = spec.vocab_size, spec.hidden_size
     embed32 = src.take("token_embd.weight", (vocab, h))
-    embed = embed32.to(config.device, config.dtype)
+    embed = src.embedding(embed32)
     if spec.tie_embeddings:
         src.arrays.pop("output.weight", None)  # some checkpoints store the tied copy anyway
-        lm_head = src.linear(embed32)
+        lm_head = src.linear("lm_head", lambda: embed32)
     else:
-        lm_head = src.linear(src.take("output.weight", (vocab, h)))
+        lm_head = src.linear("lm_head", lambda: src.take("output.weight", (vocab, h)))
     del embed32
     output_norm = src.residual_norm("output_norm.weight", h)
-    layers = tuple(_layer(src, spec, i) for i in range(spec.num_layers))
+    layers = tuple(_layer(src, spec, i, src.take) for i in range(spec.num_layers))
     if src.arrays:
         extra = ", ".join(sorted(src.arrays)[:5])
         raise ValueError(f"unexpected weights for a {spec.arch} model: {extra}")
     return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=layers)
+
+
+def rebuild_weights(spec: ModelSpec, tensors: dict[str, torch.Tensor], config: TorchConfig) -> ModelWeights:
+    """The weights that :func:`build_weights` recorded into ``tensors``, without the checkpoint.
+
+    Raises:
+        ValueError: A tensor is missing (the record is of another model or layout).
+    """
+    src = _Recorded(tensors, config)
+
+    def unused(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        raise AssertionError("cached weights need no checkpoint tensor")
+
+    h = spec.hidden_size
+    return ModelWeights(
+        embed=src.embedding(torch.empty(0)),
+        lm_head=src.linear("lm_head", lambda: torch.empty(0)),
+        output_norm=src.residual_norm("output_norm.weight", h),
+        layers=tuple(_layer(src, spec, i, unused) for i in range(spec.num_layers)),
+    )
