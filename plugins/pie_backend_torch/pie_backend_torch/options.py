@@ -2,12 +2,17 @@
 
 Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
 
-- ``quant``: ``"none"``, ``"int8"`` or ``"int4"``: weight-only quantisation of the linear
+- ``quant``: ``"none"``, ``"int8"``, ``"int4"`` or ``"w8a8"``: quantisation of the linear
   layers (CPU). ``"auto"`` (the default) means int4 when ``dtype`` is ``"auto"`` on a CPU with
   native bf16 (the fast default; see docs/performance.md for its accuracy), else none.
-- ``quant_max_tokens``: batches with more input tokens than this run the dense weights instead of
-  the quantised ones (the CPU's int8/int4 kernels are made for matrix-vector work and lose to
-  bf16 GEMMs at larger batches). ``0`` keeps the quantised weights for every batch.
+  ``"w8a8"`` is int8 weights times int8 activations quantised per token on every call (outlier
+  channels in float32), multiplied by ``torch._int_mm``.
+- ``quant_max_tokens``: batches with more input tokens than this run the ``quant_large`` layers
+  instead (the int8/int4 weight-only kernels are made for matrix-vector work). ``0`` keeps the
+  ``quant`` layers for every batch.
+- ``quant_large``: ``"none"`` (dense weights in ``dtype``) or ``"w8a8"``: the layers of batches
+  over ``quant_max_tokens``. ``"auto"`` (the default) is w8a8 when ``quant`` was left to auto,
+  else none: on a CPU without AMX, bf16 GEMMs are 5-7x slower than int8 ones.
 - ``kernels``: ``"torch"`` (plain torch ops) or ``"triton"`` (the Triton kernels of
   :mod:`pie_backend_torch.triton_kernels`); default triton on CUDA, torch on CPU. Triton on a CPU
   needs ``TRITON_INTERPRET=1`` (slow; for tests).
@@ -31,7 +36,7 @@ import torch
 
 from pie_core.hookspec import BackendOptions
 
-__all__ = ["TorchConfig", "resolve_options", "DTYPES", "QUANT_KINDS"]
+__all__ = ["TorchConfig", "resolve_options", "DTYPES", "QUANT_KINDS", "LARGE_KINDS"]
 
 DTYPES = {
     "float32": torch.float32,
@@ -41,9 +46,10 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-QUANT_KINDS = ("none", "int8", "int4")
+QUANT_KINDS = ("none", "int8", "int4", "w8a8")
+LARGE_KINDS = ("none", "w8a8")
 DEFAULT_QUANT_MAX_TOKENS = 8
-_KNOWN_EXTRA = {"quant", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
+_KNOWN_EXTRA = {"quant", "quant_large", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class TorchConfig:
     """Dense weights, activations and the KV cache."""
     quant: str
     quant_max_tokens: int
+    quant_large: str
     kernels: str
     cuda_graphs: bool
     threads: int | None
@@ -125,6 +132,13 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
             f"weight-only {quant} runs on the CPU with bfloat16 activations; "
             f"use device='cpu' and dtype='bfloat16' (got {device}, {dtype})"
         )
+    quant_large = str(extra.get("quant_large", "auto"))
+    if quant_large == "auto":
+        quant_large = "w8a8" if str(extra.get("quant", "auto")) == "auto" and quant != "none" else "none"
+    if quant_large not in LARGE_KINDS:
+        raise ValueError(f"unsupported quant_large {quant_large!r}; expected one of {', '.join(LARGE_KINDS)} or 'auto'")
+    if quant_large != "none" and quant == "none":
+        raise ValueError("quant_large applies to batches over quant_max_tokens when quant is not 'none'; set quant too")
     quant_max = int(extra.get("quant_max_tokens", DEFAULT_QUANT_MAX_TOKENS))
     if quant_max < 0:
         raise ValueError(f"quant_max_tokens must be >= 0, got {quant_max}")
@@ -144,6 +158,7 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         dtype=dtype,
         quant=quant,
         quant_max_tokens=quant_max,
+        quant_large=quant_large,
         kernels=kernels,
         cuda_graphs=graphs,
         threads=None if threads is None else int(threads),

@@ -94,7 +94,8 @@ class _Source:
     ) -> Linear:
         cfg = self.config
         w = weight().to(cfg.device)
-        layer = quantise(w, None if bias is None else bias().to(cfg.device), cfg.quant, cfg.dtype, cfg.quant_max_tokens)
+        b = None if bias is None else bias().to(cfg.device)
+        layer = quantise(w, b, cfg.quant, cfg.dtype, cfg.quant_max_tokens, cfg.quant_large)
         if self.record is not None:
             self.record.update({f"{name}/{k}": v for k, v in layer_tensors(layer, w, cfg.dtype).items()})
         return layer

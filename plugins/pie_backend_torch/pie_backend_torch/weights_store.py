@@ -36,8 +36,8 @@ _LAYOUT = 1
 
 def store_path(config: TorchConfig) -> Path:
     """The file holding the derived weights for ``config`` (which names them by ``weights_key``)."""
-    dense = "dense" if config.quant_max_tokens > 0 else "nodense"
-    variant = f"{config.dtype_name}-{config.quant}-{dense}-g{INT4_GROUP}-torch{torch.__version__}-v{_LAYOUT}"
+    large = config.quant_large if config.quant_max_tokens > 0 else "nolarge"
+    variant = f"{config.dtype_name}-{config.quant}-{large}-g{INT4_GROUP}-torch{torch.__version__}-v{_LAYOUT}"
     return cache_dir() / "torch" / f"{config.weights_key}-{variant}.safetensors"
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from backend_testkit import kv_request, probe_logits, random_weights, run
-from pie_backend_torch.linear import INT4_GROUP, ByBatchSize, Dense, Int4, Int8, quantise
+from pie_backend_torch.linear import INT4_GROUP, ByBatchSize, Dense, Int4, Int8, Int8Dynamic, quantise
 from pie_core.models.spec import ModelSpec, RopeConfig
 from torch_testkit import load_torch
 
@@ -78,3 +78,58 @@ def test_a_quantised_model_stays_close_to_the_dense_one(quant):
     corr = np.corrcoef(dense.ravel(), got.ravel())[0, 1]
     assert corr > (0.995 if quant == "int8" else 0.95), corr
     assert not np.array_equal(dense, got)  # the quantised weights really ran
+
+
+def _per_token_int8(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Plain dynamic int8 (per-token activations, per-channel weights), no outlier handling."""
+    sw = w.abs().amax(1) / 127
+    sx = x.abs().amax(1, keepdim=True) / 127
+    return (torch.round(x / sx) @ torch.round(w / sw[:, None]).T) * sx * sw
+
+
+def test_w8a8_multiplies_like_the_float_weights():
+    torch.manual_seed(1)
+    w, b = torch.randn(64, 96) / 10, torch.randn(64)
+    layer = Int8Dynamic(w, b)
+    x = torch.randn(12, 96)
+    want = x @ w.T + b
+    got = layer(x.bfloat16()).float()
+    assert got.dtype == torch.float32 and layer(x.bfloat16()).dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+
+
+def test_w8a8_keeps_outlier_channels_out_of_the_int8_step():
+    torch.manual_seed(2)
+    w = torch.randn(64, 96) / 10
+    x = torch.randn(8, 96)
+    x[:, 7] *= 60.0  # one channel 60x the others, as in Qwen's residual stream
+    before = x.clone()
+    layer = Int8Dynamic(w, None)
+    got = layer(x)
+    assert torch.equal(x, before)  # the input is not changed
+    want = x @ (layer.weight.float() * layer.scale[:, None]).T  # the weights' own error left out
+    err = (got - want).abs().max().item()
+    naive_err = (_per_token_int8(x, w) - want).abs().max().item()
+    assert err < naive_err / 10, (err, naive_err)
+
+
+def test_w8a8_bounds_the_dequantised_columns_it_keeps(monkeypatch):
+    import pie_backend_torch.linear as linear
+
+    monkeypatch.setattr(linear, "_MAX_KEPT_COLUMNS", 2)
+    torch.manual_seed(3)
+    layer = Int8Dynamic(torch.randn(32, 64) / 10, None)
+    deq = layer.weight.float() * layer.scale[:, None]
+    for channel in (3, 9, 20, 3):
+        x = torch.randn(4, 64)
+        x[:, channel] *= 80.0
+        torch.testing.assert_close(layer(x), x @ deq.T, atol=0.05, rtol=0.02)
+    assert sorted(layer._columns) == [3, 9]
+
+
+def test_large_batches_can_use_w8a8():
+    w = torch.randn(48, 96) / 10
+    layer = quantise(w, None, "int4", torch.bfloat16, 4, "w8a8")
+    assert isinstance(layer, ByBatchSize) and isinstance(layer.small, Int4) and isinstance(layer.large, Int8Dynamic)
+    x = torch.randn(9, 96).bfloat16()
+    torch.testing.assert_close(layer(x), layer.large(x))

@@ -59,6 +59,8 @@ def test_explicit_page_counts_win():
         (BackendOptions(dtype="int3"), "unsupported dtype"),
         (BackendOptions(extra={"quantize": "int8"}), "unknown torch backend option"),
         (BackendOptions(extra={"quant": "int2"}), "unsupported quant"),
+        (BackendOptions(dtype="bfloat16", extra={"quant": "int4", "quant_large": "int4"}), "unsupported quant_large"),
+        (BackendOptions(dtype="bfloat16", extra={"quant_large": "w8a8"}), "set quant too"),
         (BackendOptions(dtype="float32", extra={"quant": "int8"}), "bfloat16"),
         (BackendOptions(device="tpu"), "device"),
         (BackendOptions(extra={"kernels": "cuda"}), "kernels"),
@@ -79,7 +81,7 @@ def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
         TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(extra={"kernels": "triton"}))
 
 
-def test_auto_dtype_picks_bf16_with_int4_decode_on_a_bf16_cpu():
+def test_auto_dtype_picks_bf16_with_int4_decode_and_w8a8_batches_on_a_bf16_cpu():
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         pytest.skip("this CPU has no native bf16")
     spec = tiny_spec("qwen2")
@@ -87,6 +89,7 @@ def test_auto_dtype_picks_bf16_with_int4_decode_on_a_bf16_cpu():
     caps = backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="auto", kv_pages=4))
     assert caps.dtype == "bfloat16"
     assert backend._config is not None and backend._config.quant == "int4"
+    assert backend._config.quant_large == "w8a8"
 
 
 def test_load_rejects_missing_misshapen_and_unexpected_weights():

@@ -41,6 +41,7 @@ def cache(tmp_path, monkeypatch):
     ("arch", "extra"),
     [
         ("llama", {"quant": "int4", "quant_max_tokens": 2}),  # int4 small batches + dense large ones
+        ("qwen2", {"quant": "int4", "quant_large": "w8a8", "quant_max_tokens": 2}),  # + int8 x int8 large ones
         ("qwen2", {"quant": "int8", "quant_max_tokens": 0}),  # biases, tied head, int8 only
         ("qwen3", {"quant": "none"}),  # bf16 packed dense, Q/K norms
         ("gemma3", {"quant": "int4", "quant_max_tokens": 0}),  # sandwich norms; int4 falls back to int8
@@ -61,6 +62,7 @@ def test_the_key_and_the_layout_name_the_file():
     assert a != store_path(resolve_options(_options("k2", quant="int4")))
     assert a != store_path(resolve_options(_options("k1", quant="int8")))
     assert a != store_path(resolve_options(_options("k1", quant="int4", quant_max_tokens=0)))
+    assert a != store_path(resolve_options(_options("k1", quant="int4", quant_large="w8a8")))
 
 
 def test_nothing_is_stored_without_a_key_plain_float32_or_when_switched_off(cache):
