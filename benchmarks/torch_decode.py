@@ -11,8 +11,9 @@ alternately, phase by phase, so that other load on the machine weighs on all ali
 
 Sides (each optional): ``torch`` (the torch backend, ``--dtype``/``--quant``), ``cpu`` (the NumPy
 backend), ``transformers`` bf16 (``from_pretrained(gguf_file=..., dtype=torch.bfloat16)``, left-padded
-``generate``), ``llama.cpp`` (``llama-cpp-python`` on the same GGUF, 2 threads; skipped with a note
-when the package is not installed: it batches one sequence per context, so only batch 1).
+``generate``), ``llama.cpp`` (``llama-cpp-python`` on the same GGUF, 2 threads, in a child process;
+skipped with a note when the package is not installed: it batches one sequence per context, so
+only batch 1).
 
 Measured: batch-1 decode tok/s (first to last new token, median of ``--repeats``) and end-to-end
 tok/s; batch-N total tok/s (all new tokens over the wall time, prefill included) and decode-only
@@ -109,32 +110,59 @@ class HFSide:
         del self.model
 
 
-class LlamaCppSide:
-    """llama-cpp-python on the same GGUF (its own Q4_K_M kernels), greedy, one sequence."""
+def _llama_worker(conn: Any, path: str, threads: int) -> None:
+    """Child process of :class:`LlamaCppSide`: load once, then answer (prompt ids, n) requests."""
+    from llama_cpp import Llama
 
-    def __init__(self, threads: int) -> None:
-        from llama_cpp import Llama
-
-        path = resolve_model(None).path
-        self.name, self.detail = "llama.cpp", f"llama-cpp-python, {threads} threads"
-        self.llm = Llama(model_path=str(path), n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
-
-    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
-        self.llm.reset()
+    llm = Llama(model_path=path, n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        prompt_ids, n = job
+        llm.reset()
         start = time.perf_counter()
         tokens: list[int] = []
         stamps: list[float] = []
-        for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        for tok in llm.generate(prompt_ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
             tokens.append(int(tok))
             stamps.append(time.perf_counter())
             if len(tokens) == n:
                 break
+        conn.send((tokens, start, stamps))
+
+
+class LlamaCppSide:
+    """llama-cpp-python on the same GGUF (its own Q4_K_M kernels), greedy, one sequence.
+
+    It runs in a child process: llama.cpp and torch bring their own OpenMP runtimes, and in one
+    process the threads one leaves spinning slow the other down (llama.cpp measured ~17 tok/s
+    in-process against ~30 tok/s alone on the same machine and minute).
+    """
+
+    def __init__(self, threads: int) -> None:
+        import importlib.util
+        import multiprocessing
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ImportError("llama_cpp", name="llama_cpp")
+        path = resolve_model(None).path
+        self.name, self.detail = "llama.cpp", f"llama-cpp-python, {threads} threads, own process"
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_llama_worker, args=(child, str(path), threads), daemon=True)
+        self.proc.start()
+        if self.conn.recv() != "ready":
+            raise RuntimeError("llama.cpp worker did not start")
+
+    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
+        self.conn.send((prompt_ids, n))
+        tokens, start, stamps = self.conn.recv()
         return Run(prompt_ids, tokens, start, stamps)
 
     batch = None  # one sequence per context: no batch-N column
 
     def close(self) -> None:
-        del self.llm
+        self.conn.send(None)
+        self.proc.join(timeout=10)
 
 
 def _try(make: Callable[[], Any], why: dict[str, str], name: str) -> Any:

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Iterable
 
-import xgrammar as xgr
+from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
 from pie_core.grammar.source import GrammarSource, clean_error

@@ -13,7 +13,7 @@ import sys
 from typing import Callable, Iterable
 
 import numpy as np
-import xgrammar as xgr
+from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core import brle
 from pie_core.errors import InvalidInput

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-import xgrammar as xgr
+from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
 

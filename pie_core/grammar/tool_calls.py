@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import xgrammar as xgr
+from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
 from pie_core.grammar.source import GrammarSource, clean_error, structural_tag

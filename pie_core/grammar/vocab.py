@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import xgrammar as xgr
+from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
 from pie_core.models.tokenizer import Tokenizer

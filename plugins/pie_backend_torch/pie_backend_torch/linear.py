@@ -164,7 +164,7 @@ class Int8Dynamic:
     every call, multiplied by ``torch._int_mm`` (oneDNN's VNNI kernels on x86): 5-7x less CPU
     time than bf16 from 8 rows up on a CPU without AMX, where bf16 GEMMs are slow. Outlier input
     channels (see :data:`_OUTLIER_RATIO`) bypass the activation quantisation: their products use
-    the dequantised weight column, kept once computed (the same few channels recur)."""
+    the dequantised weight columns."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         w = weight.float()
@@ -183,15 +183,6 @@ class Int8Dynamic:
         self.scale = scale.float()
         self.bias = None if bias is None else bias.float()
         self.out_features = int(weight.shape[0])
-        self._columns: dict[int, torch.Tensor] = {}
-
-    def _column(self, channel: int) -> torch.Tensor:
-        col = self._columns.get(channel)
-        if col is None:
-            col = self.weight[:, channel].float().mul_(self.scale)
-            if len(self._columns) < _MAX_KEPT_COLUMNS:
-                self._columns[channel] = col
-        return col
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.to(torch.float32, copy=True)  # worked on in place below
@@ -205,7 +196,7 @@ class Int8Dynamic:
         xq = xf.div_(step).round_().to(torch.int8)
         y = torch._int_mm(xq, self.weight.t()).mul(step * self.scale)  # int32 * float32 -> float32
         if wide is not None:
-            cols = torch.stack([self._column(c) for c in outliers.tolist()], dim=1)
+            cols = self.weight.index_select(1, outliers).float().mul_(self.scale[:, None])
             y.addmm_(wide, cols.t())
         if self.bias is not None:
             y.add_(self.bias)
