@@ -78,6 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     async def run() -> None:
         await server.start()
+        if isinstance(launcher, ProcessLauncher):
+            launcher.warm_up()  # the zygote imports Pie while the server waits for its first client
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
                     f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)

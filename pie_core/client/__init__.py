@@ -12,11 +12,13 @@ Example::
 """
 
 from pie_core.client.client import Client, ServerError, connect, pack_program
+from pie_core.client.mcp_servers import McpHandler
 from pie_core.client.process import Process, ProcessEvent, ProcessFailed
 from pie_core.client.sync import SyncClient, SyncProcess, connect_sync
 
 __all__ = [
     "Client",
+    "McpHandler",
     "ServerError",
     "connect",
     "pack_program",

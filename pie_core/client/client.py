@@ -15,6 +15,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
+from pie_core.client.mcp_servers import RegisteredServers
 from pie_core.client.process import Process, ProcessEvent
 from pie_core.errors import PieError
 
@@ -64,6 +65,7 @@ class Client:
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._processes: dict[str, Process] = {}
+        self._mcp = RegisteredServers(self.request)
         self._reader = asyncio.get_running_loop().create_task(self._read(), name="pie-client-reader")
         self.user: str | None = None
 
@@ -129,9 +131,47 @@ class Client:
         await self.request("attach", process=process_id)
         return proc
 
+    async def register_mcp_server(self, name: str, server: Any, *, timeout: float = 60.0) -> list[str]:
+        """Make an MCP server on this side available to the inferlets this connection launches.
+
+        Their ``mcp.available_servers()`` lists ``name`` (it shadows a server of that name
+        configured on the engine) and their calls are relayed here and forwarded to ``server``.
+        The name lasts until :meth:`unregister_mcp_server` or the end of this connection;
+        other connections never see it.
+
+        Args:
+            name: 1-64 characters ``[A-Za-z0-9._-]``, starting with a letter or digit.
+            server: An open ``mcp.Client`` or ``mcp.ClientSession`` (you close it); or
+                ``mcp.StdioServerParameters``, an ``MCPServer`` / ``Server`` object or a URL,
+                which the client opens now and closes on unregister or :meth:`close`; or a
+                function ``(method, params) -> result dict`` (async, or plain: run in a thread).
+            timeout: Seconds the engine waits for each answer, in ``(0, 3600]``.
+
+        Returns:
+            Every name this connection has registered.
+
+        Raises:
+            TypeError: ``server`` is none of those kinds.
+            McpError: The client could not open ``server``.
+            ServerError: The server refused the name or the timeout (``invalid_input``).
+        """
+        return await self._mcp.add(name, server, timeout)
+
+    async def unregister_mcp_server(self, name: str) -> list[str]:
+        """Withdraw ``name``: calls in flight to it fail, and a server the client opened closes.
+
+        Returns:
+            The names still registered.
+
+        Raises:
+            ServerError: This connection did not register ``name`` (``invalid_input``).
+        """
+        return await self._mcp.remove(name)
+
     async def close(self) -> None:
         await self._ws.close()
         await self._reader
+        await self._mcp.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -154,6 +194,8 @@ class Client:
                     self._process(frame["process"])._deliver(
                         ProcessEvent(frame["event"], frame["value"], frame["seq"])
                     )
+                elif frame.get("type") == "mcp_request":
+                    self._mcp.answer(frame)
                 elif frame.get("type") == "response":
                     fut = self._waiting.get(frame.get("id"))  # type: ignore[arg-type]
                     if fut is not None and not fut.done():

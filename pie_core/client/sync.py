@@ -95,6 +95,15 @@ class SyncClient:
     def ping(self) -> float:
         return self._loop.run(self._client.ping())
 
+    def register_mcp_server(self, name: str, server: Any, *, timeout: float = 60.0) -> list[str]:
+        """Blocking :meth:`~pie_core.client.Client.register_mcp_server`. ``server`` runs on the
+        client's own event loop thread, so pass ``StdioServerParameters``, an ``MCPServer`` or a
+        function (a plain one runs in a worker thread), not a session opened on another loop."""
+        return self._loop.run(self._client.register_mcp_server(name, server, timeout=timeout))
+
+    def unregister_mcp_server(self, name: str) -> list[str]:
+        return self._loop.run(self._client.unregister_mcp_server(name))
+
     def close(self) -> None:
         try:
             self._loop.run(self._client.close())

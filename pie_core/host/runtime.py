@@ -5,10 +5,16 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.host.binding import HostInstance, current
+
+if TYPE_CHECKING:
+    from pie_core.runtime.events import Event
+    from pie_core.runtime.manifest import Manifest
+
+ChildRunner = Callable[["Manifest", dict[str, Any], HostInstance], Awaitable["Event"]]
 
 __all__ = ["models", "version", "instance_id", "username", "spawn", "scratch_dir", "scratch_path"]
 
@@ -43,9 +49,29 @@ async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
         PieError: The child failed; the message carries its error.
     """
     from pie_core.runtime.instance import run_inferlet
+
+    async def in_process(manifest: Manifest, child_args: dict[str, Any], child: HostInstance) -> Event:
+        return await run_inferlet(child.engine, manifest, child_args, child.emit, instance=child)
+
+    return await spawn_child(name, args, runner=in_process)
+
+
+async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: ChildRunner) -> Any:
+    """:func:`spawn` with the child run by ``await runner(manifest, args, child_instance)``,
+    which must emit the child's events through ``child_instance.emit`` and return its terminal
+    event. An engine-side seam for launchers (process isolation runs the child in a worker of
+    its own); not part of the inferlet API.
+
+    Raises:
+        As :func:`spawn`.
+    """
     from pie_core.runtime.library import find_inferlet
     from pie_core.runtime.manifest import load_manifest
 
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"spawn needs an inferlet name or folder, got {name!r}")
+    if args is not None and not isinstance(args, dict):
+        raise InvalidInput(f"spawn args must be a dict, got {type(args).__name__}")
     parent = current()
     base, _, version = name.partition("@")
     manifest = load_manifest(find_inferlet(base))
@@ -53,7 +79,7 @@ async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
         raise NotFound(f"{base} is installed at version {manifest.version}, not {version}")
     forward = lambda event: None if event.is_terminal else parent.emit(event)  # noqa: E731
     child = HostInstance(engine=parent.engine, emit=forward, username=parent.username, scratch_root=parent.scratch_root)
-    final = await run_inferlet(parent.engine, manifest, dict(args or {}), forward, instance=child)
+    final = await runner(manifest, dict(args or {}), child)
     if final.kind == "error":
         raise PieError(f"spawned inferlet {name} failed: {final.value}")
     return final.value

@@ -29,6 +29,7 @@ class BatchStats:
         self.batches = 0
         self.requests = 0
         self.tokens = 0
+        self.sampled = 0  # tokens the backend sampled (sum of draws over sample rows)
         self.sizes: Counter[int] = Counter()
         self.backend_seconds = 0.0
 
@@ -153,6 +154,7 @@ class Batcher:
             self.stats.batches += 1
             self.stats.requests += len(taken)
             self.stats.tokens += batch.num_tokens
+            self.stats.sampled += len(output.tokens)
             self.stats.sizes[len(taken)] += 1
             for req, res in zip(taken, results):
                 if req.future is not None and not req.future.done():

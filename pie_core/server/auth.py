@@ -2,12 +2,16 @@
 
 ``[auth.users.<name>]`` holds ``token_sha256`` and ``created``. Tokens are random
 (``secrets.token_urlsafe``), shown once by ``pie auth add`` and then only their hash exists.
+An :class:`Authenticator` built from the config file re-reads the user table when the file
+changes, so ``pie auth add``/``remove`` take effect on a running server's next connection.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import os
 import re
 import secrets
 import time
@@ -21,6 +25,8 @@ from pie_core import config as cfg
 from pie_core.errors import InvalidInput, NotFound, PieError
 
 __all__ = ["User", "Authenticator", "AuthError", "add_user", "remove_user", "list_users", "hash_token", "LOCAL_USER"]
+
+log = logging.getLogger("pie.server")
 
 LOCAL_USER = "local"
 _USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -84,20 +90,73 @@ def remove_user(name: str, path: str | Path | None = None) -> None:
     cfg.save_config(doc, path)
 
 
-class Authenticator:
-    """Checks tokens against the configured users (or lets everyone in as ``local``)."""
+def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when the file is rewritten (``save_config`` renames a new file over it)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
-    def __init__(self, users: list[User], *, enabled: bool = True) -> None:
+
+class Authenticator:
+    """Checks tokens against the configured users (or lets everyone in as ``local``).
+
+    Built with ``source`` (as :meth:`from_config` does), it stats that file on each check and
+    reloads the users when its modification time, size or inode changed; a file that no
+    longer parses keeps the last good table (and logs a warning).
+    """
+
+    def __init__(self, users: list[User], *, enabled: bool = True, source: str | Path | None = None) -> None:
         self.enabled = enabled
         self._users = list(users)
+        self._source = Path(source) if source is not None else None
+        self._stamp = _file_stamp(self._source)
 
     @property
     def user_count(self) -> int:
+        self._refresh()
         return len(self._users)
 
     @classmethod
-    def from_config(cls, config: TOMLDocument | None = None, *, enabled: bool = True) -> Authenticator:
-        return cls(list_users(config), enabled=enabled)
+    def from_config(cls, config: TOMLDocument | None = None, *, enabled: bool = True,
+                    path: str | Path | None = None) -> Authenticator:
+        """Users from ``config`` (a fixed table), or else from the config file, followed as it changes.
+
+        Args:
+            config: A loaded document; its users never change.
+            enabled: False lets everyone in as :data:`LOCAL_USER`.
+            path: The file to follow when ``config`` is None (default: the config file).
+
+        Raises:
+            InvalidInput: The config file is not valid TOML (at construction only).
+        """
+        if config is not None:
+            return cls(list_users(config), enabled=enabled)
+        source = Path(path) if path is not None else cfg.config_path()
+        stamp = _file_stamp(source)  # before reading, so a write in between is seen on the next check
+        auth = cls(list_users(cfg.load_config(source)), enabled=enabled, source=source)
+        auth._stamp = stamp
+        return auth
+
+    def _refresh(self) -> None:
+        """Reload the users when the source file changed since the last look."""
+        if self._source is None or not self.enabled:
+            return
+        stamp = _file_stamp(self._source)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            users = list_users(cfg.load_config(self._source))
+        except (InvalidInput, OSError) as exc:
+            log.warning("auth: keeping the previous %d users; could not reload %s: %s", len(self._users), self._source, exc)
+            return
+        if [u.name for u in users] != [u.name for u in self._users]:
+            log.info("auth: users reloaded from %s: %s", self._source, ", ".join(u.name for u in users) or "none")
+        self._users = users
 
     def check(self, token: str | None) -> str:
         """The user ``token`` belongs to.
@@ -109,6 +168,7 @@ class Authenticator:
             return LOCAL_USER
         if not token:
             raise AuthError("authentication required: send an 'auth' request with your token (see 'pie auth add')")
+        self._refresh()
         digest = hash_token(token)
         for user in self._users:
             if hmac.compare_digest(user.token_sha256, digest):

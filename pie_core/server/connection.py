@@ -14,6 +14,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from pie_core.errors import InvalidInput, PieError
+from pie_core.server.mcp_relay import DEFAULT_TIMEOUT_S, ConnectionRelay
 from pie_core.server.protocol import decode_frame, field, request_id, response_error, response_ok
 from pie_core.server.store import Upload
 
@@ -35,13 +36,15 @@ def _handles(kind: str) -> Callable[[Handler], Handler]:
 
 
 class ClientSession:
-    """State of one connection: its user (once authenticated) and its open uploads."""
+    """State of one connection: its user (once authenticated), its open uploads and the MCP
+    servers it registered."""
 
     def __init__(self, server: PieServer, ws: ServerConnection, user: str | None) -> None:
         self.server = server
         self.ws = ws
         self.user = user
         self.uploads: set[str] = set()
+        self.mcp = ConnectionRelay(ws.send)
 
     async def run(self) -> None:
         """Answer frames until the client goes away, then release what it left behind."""
@@ -52,6 +55,7 @@ class ClientSession:
         except ConnectionClosed:
             pass
         finally:
+            self.mcp.close("the client disconnected")
             self.server.processes.connection_closed(self.ws)
             if self.user is not None:
                 for uid in self.uploads:
@@ -131,7 +135,7 @@ async def _upload_end(s: ClientSession, frame: dict[str, Any]) -> Any:
 async def _launch(s: ClientSession, frame: dict[str, Any]) -> Any:
     manifest = s.server.store.resolve(s.uid, field(frame, "program", str))
     args = manifest.validate_input(field(frame, "input", dict, default={}))
-    proc = s.server.processes.launch(s.uid, manifest, args, s.ws)
+    proc = s.server.processes.launch(s.uid, manifest, args, s.ws, relay=s.mcp)
     if field(frame, "detached", bool, default=False):
         s.server.processes.detach(s.uid, proc.id)
     return {"process": proc.id, "program": proc.program}
@@ -179,3 +183,19 @@ async def _terminate(s: ClientSession, frame: dict[str, Any]) -> Any:
 @_handles("list_processes")
 async def _list_processes(s: ClientSession, frame: dict[str, Any]) -> Any:
     return [p.describe() for p in s.server.processes.of_user(s.uid)]
+
+
+@_handles("mcp_register")
+async def _mcp_register(s: ClientSession, frame: dict[str, Any]) -> Any:
+    return {"servers": s.mcp.register(frame.get("servers"), frame.get("timeout", DEFAULT_TIMEOUT_S))}
+
+
+@_handles("mcp_unregister")
+async def _mcp_unregister(s: ClientSession, frame: dict[str, Any]) -> Any:
+    return {"servers": s.mcp.unregister(frame.get("servers"))}
+
+
+@_handles("mcp_result")
+async def _mcp_result(s: ClientSession, frame: dict[str, Any]) -> Any:
+    s.mcp.resolve(frame.get("call"), frame.get("result"), frame.get("error"))
+    return None

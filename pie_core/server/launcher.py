@@ -2,9 +2,9 @@
 
 :class:`InProcessLauncher` runs the inferlet as an asyncio task in the server's own process
 (the runner ``pie run`` uses, :func:`pie_core.runtime.instance.run_inferlet`). It is fast but
-gives no containment: a misbehaving inferlet can block or crash the server. A process-isolated
-runner (worker processes speaking the host API over a pipe, with wall-time, CPU and memory
-limits) will implement the same :class:`Launcher` protocol and replace it.
+gives no containment: a misbehaving inferlet can block or crash the server.
+:class:`pie_core.server.isolation.ProcessLauncher` implements the same protocol with worker
+processes (the host API over a pipe, wall-time, CPU and memory limits).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ class Launcher(Protocol):
 
     def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]: ...
 
+    async def aclose(self) -> None:
+        """Stop any helper the launcher keeps (called at server shutdown, after every task ended)."""
+
 
 class InProcessLauncher:
     """Runs each inferlet as a task on the server's event loop (no isolation)."""
@@ -39,3 +42,6 @@ class InProcessLauncher:
     def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
         coro = run_inferlet(engine, manifest, args, instance.emit, instance=instance)
         return asyncio.get_running_loop().create_task(coro, name=f"pie-inferlet-{manifest.name}-{instance.id}")
+
+    async def aclose(self) -> None:
+        """Nothing to stop: every inferlet ran as a task."""

@@ -9,27 +9,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pie_core.server.app import PieServer
 
-__all__ = ["RateMeter", "prometheus_text", "status_line"]
+__all__ = ["RateMeter", "token_totals", "prometheus_text", "status_line"]
 
 
 @dataclass(slots=True)
 class RateMeter:
-    """Tokens per second over the interval between two :meth:`sample` calls."""
+    """Generated and input tokens per second over the interval between two :meth:`sample` calls.
 
-    last_tokens: int = 0
+    *Generated* tokens are the ones the backend sampled (speculative verification rows
+    included); *input* tokens are every token a batch ran (prompts, drafts and each step's
+    fed-back token).
+    """
+
+    last_generated: int = 0
+    last_input: int = 0
     last_time: float = 0.0
-    rate: float = 0.0
+    generated_rate: float = 0.0
+    input_rate: float = 0.0
 
-    def sample(self, tokens: int, now: float | None = None) -> float:
+    def sample(self, generated: int, input: int, now: float | None = None) -> None:
+        """Record the running totals; the rates cover the time since the previous call."""
         now = time.monotonic() if now is None else now
         if self.last_time and now > self.last_time:
-            self.rate = max(0, tokens - self.last_tokens) / (now - self.last_time)
-        self.last_tokens, self.last_time = tokens, now
-        return self.rate
+            span = now - self.last_time
+            self.generated_rate = max(0, generated - self.last_generated) / span
+            self.input_rate = max(0, input - self.last_input) / span
+        self.last_generated, self.last_input, self.last_time = generated, input, now
 
 
-def _total_tokens(server: PieServer) -> int:
-    return sum(m.batcher.stats.tokens for m in server.engine.models.values())
+def token_totals(server: PieServer) -> tuple[int, int]:
+    """(generated, input) tokens over every model since the engine started."""
+    models = server.engine.models.values()
+    return sum(m.batcher.stats.sampled for m in models), sum(m.batcher.stats.tokens for m in models)
 
 
 def prometheus_text(server: PieServer) -> str:
@@ -48,7 +59,10 @@ def prometheus_text(server: PieServer) -> str:
 
     metric("pie_batches_total", "counter", "Batches fired on the backend.", per_model(lambda m: m.batcher.stats.batches))
     metric("pie_batch_requests_total", "counter", "Forward requests run in batches.", per_model(lambda m: m.batcher.stats.requests))
-    metric("pie_batch_tokens_total", "counter", "Input tokens run in batches.", per_model(lambda m: m.batcher.stats.tokens))
+    metric("pie_input_tokens_total", "counter", "Input tokens run in batches (prompts, drafts, fed-back tokens).",
+           per_model(lambda m: m.batcher.stats.tokens))
+    metric("pie_generated_tokens_total", "counter", "Tokens sampled by the backend.",
+           per_model(lambda m: m.batcher.stats.sampled))
     metric("pie_backend_seconds_total", "counter", "Time spent in the backend.", per_model(lambda m: m.batcher.stats.backend_seconds))
     hist: list[tuple[str, float]] = []
     for m in models:
@@ -66,8 +80,10 @@ def prometheus_text(server: PieServer) -> str:
     metric("pie_kv_pages_in_use", "gauge", "KV pages held (not free, not idle in the prefix cache).",
            per_model(lambda m: m.pool.num_pages - m.pool.available_count))
     metric("pie_kv_pages_total", "gauge", "KV pages in the pool.", per_model(lambda m: m.pool.num_pages))
-    metric("pie_tokens_per_second", "gauge", "Input tokens per second over the last status interval.",
-           [("", server.rate.rate)])
+    metric("pie_tokens_per_second", "gauge", "Generated (sampled) tokens per second over the last status interval.",
+           [("", server.rate.generated_rate)])
+    metric("pie_input_tokens_per_second", "gauge", "Input tokens per second over the last status interval.",
+           [("", server.rate.input_rate)])
     procs = server.processes.all()
     states = ("attached", "detached", "finished")
     metric("pie_processes", "gauge", "Inferlet processes by state.",
@@ -77,8 +93,8 @@ def prometheus_text(server: PieServer) -> str:
 
 
 def status_line(server: PieServer) -> str:
-    """One line for the log: inferlets, KV pages in use, tokens/s, queue."""
-    server.rate.sample(_total_tokens(server))
+    """One line for the log: inferlets, KV pages in use, generated and input tokens/s, queue."""
+    server.rate.sample(*token_totals(server))
     procs = server.processes.all()
     running = sum(1 for p in procs if not p.finished)
     detached = sum(1 for p in procs if p.state == "detached")
@@ -87,5 +103,6 @@ def status_line(server: PieServer) -> str:
     queued = sum(m.batcher.queued for m in server.engine.models.values())
     return (
         f"inferlets [bold]{running}[/] running ({detached} detached) · KV {used}/{total} pages · "
-        f"{server.rate.rate:,.0f} tok/s · queue {queued} · clients {server.connection_count}"
+        f"{server.rate.generated_rate:,.0f} tok/s generated ({server.rate.input_rate:,.0f} in) · "
+        f"queue {queued} · clients {server.connection_count}"
     )

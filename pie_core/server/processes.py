@@ -27,6 +27,7 @@ from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.manifest import Manifest
 from pie_core.server.launcher import Launcher
+from pie_core.server.mcp_relay import ConnectionRelay
 from pie_core.server.protocol import event_frame
 
 __all__ = ["Sink", "Process", "ProcessTable"]
@@ -94,8 +95,10 @@ class ProcessTable:
     def running_count(self) -> int:
         return sum(1 for p in self._procs.values() if not p.finished)
 
-    def launch(self, user: str, manifest: Manifest, args: dict[str, Any], sink: Sink) -> Process:
-        """Start ``manifest``'s inferlet for ``user``, attached to (and owned by) ``sink``."""
+    def launch(self, user: str, manifest: Manifest, args: dict[str, Any], sink: Sink,
+               relay: ConnectionRelay | None = None) -> Process:
+        """Start ``manifest``'s inferlet for ``user``, attached to (and owned by) ``sink``; it
+        reaches the MCP servers registered on ``relay`` (its launching connection's) until it ends."""
         pid = uuid.uuid4().hex[:12]
         proc = Process(pid, user, f"{manifest.name}@{manifest.version}", instance=None)  # type: ignore[arg-type]
         proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid,
@@ -103,6 +106,8 @@ class ProcessTable:
         self._procs[pid] = proc
         proc.owner = sink
         self.attach(user, pid, sink)
+        if relay is not None:
+            self.engine.mcp.attach_relay(pid, relay.bound(pid))
         proc.task = self.launcher.start(self.engine, manifest, args, proc.instance)
         proc.task.add_done_callback(lambda _t: self._finished(proc))
         return proc
@@ -178,8 +183,9 @@ class ProcessTable:
         return len(old)
 
     async def shutdown(self, reason: str = "server shutting down", flush_s: float = 2.0) -> None:
-        """Cancel every running process (each emits an Error event with ``reason``) and give
-        attached clients up to ``flush_s`` seconds to receive their last events."""
+        """Cancel every running process (each emits an Error event with ``reason``), give
+        attached clients up to ``flush_s`` seconds to receive their last events, then close the
+        launcher."""
         tasks = [p.task for p in self._procs.values() if p.task is not None and not p.task.done()]
         for task in tasks:
             task.cancel(reason)
@@ -191,6 +197,7 @@ class ProcessTable:
         for proc in list(self._procs.values()):
             self._stop_pump(proc)
         self._procs.clear()
+        await self.launcher.aclose()
 
     # internals -----------------------------------------------------------------------------
 
@@ -212,6 +219,7 @@ class ProcessTable:
 
     def _finished(self, proc: Process) -> None:
         proc.finished_at = time.time()
+        self.engine.mcp.detach_relay(proc.id)
         proc._wakeup.set()
         if not proc.pending and proc.attached is not None:
             self._forget(proc)

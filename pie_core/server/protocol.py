@@ -4,7 +4,10 @@ Every frame is one MessagePack map. A client sends *requests* ``{"type": T, "id"
 the server answers each with one *response* ``{"type": "response", "id": N, "ok": true,
 "result": ...}`` or ``{"type": "response", "id": N, "ok": false, "error": {"kind": K,
 "message": M}}`` and pushes *events* ``{"type": "event", "process": P, "seq": S, "event": E,
-"value": V}`` for the processes a connection is attached to. See docs/server.md.
+"value": V}`` for the processes a connection is attached to. For MCP servers the client
+registered (``mcp_register``) the server also sends ``{"type": "mcp_request", "call": C,
+"process": P, "server": S, "method": M, "params": {...}}``; the client answers with an
+``mcp_result`` request carrying the same ``call``. See docs/server.md.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = [
     "response_ok",
     "response_error",
     "event_frame",
+    "mcp_request_frame",
     "field",
 ]
 
@@ -44,6 +48,9 @@ REQUEST_TYPES = (
     "signal",
     "terminate",
     "list_processes",
+    "mcp_register",
+    "mcp_unregister",
+    "mcp_result",
 )
 
 _MAX_ID = 2**53
@@ -128,3 +135,9 @@ def response_error(rid: int | None, exc: BaseException) -> bytes:
 
 def event_frame(process: str, seq: int, kind: str, value: Any) -> bytes:
     return encode({"type": "event", "process": process, "seq": seq, "event": kind, "value": value})
+
+
+def mcp_request_frame(call: int, process: str, server: str, method: str, params: dict[str, Any]) -> bytes:
+    """A relayed MCP request for the client; it answers with ``mcp_result`` and the same ``call``."""
+    return encode({"type": "mcp_request", "call": call, "process": process, "server": server,
+                   "method": method, "params": params})

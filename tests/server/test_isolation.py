@@ -86,8 +86,8 @@ def bad_program() -> Path:
     shutil.rmtree(folder)
 
 
-def _launcher(**limits) -> ProcessLauncher:
-    return ProcessLauncher(WorkerLimits(**{"wall_s": 20.0, "cpu_s": 20, "memory_mb": 512, **limits}))
+def _launcher(*, zygote: bool = True, **limits) -> ProcessLauncher:
+    return ProcessLauncher(WorkerLimits(**{"wall_s": 20.0, "cpu_s": 20, "memory_mb": 512, **limits}), zygote=zygote)
 
 
 async def _events(client, program, args):
@@ -100,6 +100,7 @@ async def _events(client, program, args):
     ("spin", {"wall_s": 3.0}, "wall-time limit of 3s"),
     ("spin", {"cpu_s": 1}, "CPU-time limit"),
     ("alloc", {}, "memory limit"),
+    ("alloc", {"zygote": False}, "memory limit"),  # a fresh interpreter instead of a fork
 ])
 def test_misbehaving_worker_is_killed_and_its_pages_return(served, bad_program, mode, limits, error):
     launcher = _launcher(**limits)

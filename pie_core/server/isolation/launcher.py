@@ -3,6 +3,7 @@
 The engine keeps every resource: the worker's host calls run here, bound to the worker's
 :class:`HostInstance`, so when the worker ends — normally, by crashing, or killed for passing
 a limit — ``release_all`` frees its pages and subscriptions exactly as for an in-process one.
+The first message a worker gets is ``(manifest, input, limits, scratch dir)``.
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import asyncio
 import copy
 import importlib
 import inspect
-import os
 import signal
-import sys
-from typing import Any
+from typing import Any, Callable
 
+from pie_core.host import runtime as host_runtime
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.manifest import Manifest
 from pie_core.server.isolation.limits import WorkerLimits
+from pie_core.server.isolation.spawner import Spawner, WorkerProcess
 from pie_core.server.isolation.wire import HEADER, HandleTable, decode_from_worker, encode_for_worker, is_value
 from pie_core.server.isolation.worker import HOST_MODULES
 
@@ -30,28 +31,37 @@ _MODULES = frozenset(HOST_MODULES)
 
 
 class ProcessLauncher:
-    """Runs each inferlet in a worker process under :class:`WorkerLimits`."""
+    """Runs each inferlet in a worker process under :class:`WorkerLimits`.
 
-    def __init__(self, limits: WorkerLimits | None = None) -> None:
+    Workers are forked from a zygote that has already imported Pie and the SDK (``zygote=False``,
+    or a zygote that fails to start, execs a fresh interpreter per launch instead). A worker's
+    ``runtime.spawn`` runs the child in a worker of its own, with the same user and limits.
+    """
+
+    def __init__(self, limits: WorkerLimits | None = None, *, zygote: bool = True) -> None:
         self.limits = limits or WorkerLimits()
-        self.workers: set[asyncio.subprocess.Process] = set()
+        self.workers: set[WorkerProcess] = set()
+        self.spawner = Spawner(zygote=zygote)
 
     def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
         coro = self._run(manifest, args, instance)
         return asyncio.get_running_loop().create_task(coro, name=f"pie-worker-{manifest.name}-{instance.id}")
 
+    def warm_up(self) -> None:
+        """Start the zygote now (in the background) rather than on the first launch."""
+        self.spawner.warm_up()
+
+    async def aclose(self) -> None:
+        """Stop the zygote; call once no inferlet runs any more."""
+        await self.spawner.aclose()
+
     async def _run(self, manifest: Manifest, args: dict[str, Any], inst: HostInstance) -> Event:
         token = bind(inst)
-        proc: asyncio.subprocess.Process | None = None
+        started: list[WorkerProcess] = []
         final = Event("error", "cancelled")
         try:
             try:
-                payload = manifest.validate_input(args)
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", "from pie_core.server.isolation.worker import main; main()",
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
-                self.workers.add(proc)
-                final = await self._serve(proc, manifest, payload, inst)
+                final = await self._launch(manifest, args, started)
             except asyncio.CancelledError as exc:
                 final = Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled")
                 raise
@@ -59,67 +69,77 @@ class ProcessLauncher:
                 final = Event("error", f"{type(exc).__name__}: {exc}")
             return final
         finally:  # the worker is gone and its pages are back before the client hears the end
-            if proc is not None:
-                _kill(proc)
+            for worker in started:
+                worker.kill()
             inst.release_all()
             unbind(token)
-            inst.emit(final)
-            if proc is not None:
-                assert proc.stdin is not None
-                proc.stdin.close()
-                try:
-                    await proc.wait()
-                finally:  # even when cancelled here (server shutdown): the worker was SIGKILLed above
-                    proc._transport.close()  # type: ignore[attr-defined]  # asyncio has no public close
-                    self.workers.discard(proc)
+            try:
+                for worker in started:
+                    await worker.reap()
+            finally:
+                inst.emit(final)
+                for worker in started:
+                    worker.close()
+                    self.workers.discard(worker)
 
-    async def _serve(self, proc: asyncio.subprocess.Process, manifest: Manifest, payload: Any, inst: HostInstance) -> Event:
-        assert proc.stdin is not None and proc.stdout is not None
-        table, calls = HandleTable(), set()
-        proc.stdin.write(encode_for_worker((manifest, payload, self.limits), table))
-        loop = asyncio.get_running_loop()
-        phase = {"limit": f"start-up limit of {self.limits.start_s:g}s"}
-
-        async def session(deadline: asyncio.Timeout) -> Event:
-            assert proc.stdout is not None
-            while True:
-                try:
-                    head = await proc.stdout.readexactly(HEADER.size)
-                    msg = decode_from_worker(await proc.stdout.readexactly(HEADER.unpack(head)[0]), table)
-                except asyncio.IncompleteReadError:
-                    return Event("error", _death(await proc.wait()))
-                if msg[0] == "done":
-                    return Event(msg[2], msg[3])
-                if msg[0] == "started":  # imports are done: the wall clock starts now
-                    phase["limit"] = f"wall-time limit of {self.limits.wall_s:g}s"
-                    deadline.reschedule(loop.time() + self.limits.wall_s if self.limits.wall_s > 0 else None)
-                    continue
-                task = loop.create_task(self._answer(proc, table, msg))
-                calls.add(task)
-                task.add_done_callback(calls.discard)
-
+    async def _launch(self, manifest: Manifest, args: dict[str, Any], started: list[WorkerProcess]) -> Event:
+        payload = manifest.validate_input(args)
+        scratch = host_runtime.scratch_dir()
+        phase = f"start-up limit of {self.limits.start_s:g}s"
         try:
             async with asyncio.timeout(self.limits.start_s or None) as deadline:
-                return await session(deadline)
+                worker = await self.spawner.start_worker()
+                started.append(worker)
+                self.workers.add(worker)
+
+                def on_started() -> None:  # imports are done: the wall clock starts now
+                    nonlocal phase
+                    phase = f"wall-time limit of {self.limits.wall_s:g}s"
+                    deadline.reschedule(asyncio.get_running_loop().time() + self.limits.wall_s if self.limits.wall_s > 0 else None)
+
+                return await self._serve(worker, (manifest, payload, self.limits, scratch), on_started)
         except TimeoutError:
-            return Event("error", f"killed: the inferlet ran past its {phase['limit']}")
-        finally:
+            return Event("error", f"killed: the inferlet ran past its {phase}")
+
+    async def _serve(self, worker: WorkerProcess, first: tuple[Any, ...], on_started: Callable[[], None]) -> Event:
+        table, calls = HandleTable(), set[asyncio.Task[None]]()
+        worker.stdin.write(encode_for_worker(first, table))
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    head = await worker.stdout.readexactly(HEADER.size)
+                    msg = decode_from_worker(await worker.stdout.readexactly(HEADER.unpack(head)[0]), table)
+                except asyncio.IncompleteReadError:
+                    return Event("error", _death(await worker.wait()))
+                if msg[0] == "done":
+                    return Event(msg[2], msg[3])
+                if msg[0] == "started":
+                    on_started()
+                    continue
+                task = loop.create_task(self._answer(worker, table, msg))
+                calls.add(task)
+                task.add_done_callback(calls.discard)
+        finally:  # open host calls end first: a spawned child's worker is killed and its pages are back
             for task in calls:
                 task.cancel()
+            if calls:
+                await asyncio.wait(list(calls))
 
-    async def _answer(self, proc: asyncio.subprocess.Process, table: HandleTable, msg: tuple[Any, ...]) -> None:
+    async def _answer(self, worker: WorkerProcess, table: HandleTable, msg: tuple[Any, ...]) -> None:
         op, rid = msg[0], msg[1]
         try:
-            value = await _execute(op, msg[2:])
-            reply = ("reply", rid, True, value)
-            data = encode_for_worker(reply, table)
+            if op == "call" and msg[2:4] == ("runtime", "spawn"):
+                value = await host_runtime.spawn_child(*msg[4], **msg[5], runner=self._run)
+            else:
+                value = await _execute(op, msg[2:])
+            data = encode_for_worker(("reply", rid, True, value), table)
         except Exception as exc:  # the host call failed: the worker re-raises it
             data = encode_for_worker(("reply", rid, False, _portable(exc)), table)
-        assert proc.stdin is not None
-        if proc.returncode is None:
-            proc.stdin.write(data)
+        if worker.running and not worker.stdin.is_closing():
+            worker.stdin.write(data)
             try:
-                await proc.stdin.drain()
+                await worker.stdin.drain()
             except (ConnectionError, BrokenPipeError):
                 pass
 
@@ -162,17 +182,12 @@ def _portable(exc: Exception) -> Exception:
     return exc if type(exc).__module__ in ("builtins",) or type(exc).__module__.startswith("pie_core.") else PieError(f"{type(exc).__name__}: {exc}")
 
 
-def _death(code: int) -> str:
+def _death(code: int | None) -> str:
+    if code is None:
+        return "worker ended before the inferlet finished (its exit code was lost with the zygote)"
     if code < 0:
         sig = signal.Signals(-code)
         why = {signal.SIGXCPU: " (CPU-time limit)", signal.SIGKILL: " (CPU-time limit or out of memory)"}.get(sig, "")
         return f"worker killed by {sig.name}{why}"
     return f"worker exited with code {code} before the inferlet finished"
 
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -1,7 +1,8 @@
 """Worker process entry: runs one inferlet with ``pie_core.host`` calls forwarded to the engine.
 
-Started as ``python -m pie_core.server.isolation.worker``; stdin carries engine messages and the
-original stdout carries worker messages (``print`` goes to stderr instead). The SDK is
+Forked from the zygote (:mod:`pie_core.server.isolation.zygote`), or started on its own as
+``python -P -c "from pie_core.server.isolation.worker import main; main()"``; stdin carries engine
+messages and the original stdout carries worker messages (``print`` goes to stderr instead). The SDK is
 unchanged: every public function of the host modules is replaced by a proxy that sends the call
 to the engine, which runs it for this worker's instance and sends back the result.
 """
@@ -17,12 +18,13 @@ import os
 import pickle
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
-from pie_core.server.isolation.limits import apply_rlimits
+from pie_core.server.isolation import sandbox
 from pie_core.server.isolation.wire import HEADER, Ref, frame
 
-__all__ = ["main", "HOST_MODULES"]
+__all__ = ["main", "preload", "HOST_MODULES"]
 
 HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "tools")
 
@@ -167,16 +169,27 @@ class _StderrToHost(io.TextIOBase):
         return len(text)
 
 
+def preload() -> None:
+    """Import what every worker needs (the SDK, the host modules, the runner) so that the
+    limits and the confinement apply to the inferlet alone; the zygote runs this once."""
+    import inferlet  # noqa: F401
+    import pie_core.runtime.instance  # noqa: F401
+
+    for short in HOST_MODULES:
+        importlib.import_module(f"pie_core.host.{short}")
+    sandbox.loaded_roots()
+
+
 async def _run(link: _Link) -> None:
     from pie_core.runtime.instance import _describe, _jsonable, load_entry
 
-    manifest, payload, limits = link.read()
+    manifest, payload, limits, scratch = link.read()
     _install_proxies(link)
     threading.Thread(target=link.serve_replies, name="pie-worker-reader", daemon=True).start()
     try:
+        confined = sandbox.enter(Path(manifest.root), scratch, limits)
         entry = load_entry(manifest)
-        apply_rlimits(limits)
-        link.send(("started", 0))
+        link.send(("started", confined))
         sys.stderr = _StderrToHost()
         final = ("return", _jsonable(await entry(payload)))
     except MemoryError:
@@ -187,6 +200,7 @@ async def _run(link: _Link) -> None:
 
 
 def main() -> None:
+    preload()
     wfd = os.dup(1)
     os.dup2(2, 1)  # the inferlet's print() goes to stderr, never into the protocol stream
     sys.stdout = os.fdopen(1, "w", buffering=1)
