@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="8 new tokens, 8 concurrent, one repeat")
     ap.add_argument("--device", default="cpu", help="torch backend device: cpu or cuda (default cpu)")
     ap.add_argument("--dtype", default="auto", help="torch backend dtype (default auto: bf16 on a bf16 CPU)")
-    ap.add_argument("--quant", default="auto", help="torch backend weight quantisation: auto, none, int8, int4")
+    ap.add_argument("--quant", default="auto", help="torch backend quantisation for small batches: auto, none, int8, int4, w8a8")
     ap.add_argument("--extra", default="{}", help="more torch backend options as JSON (see pie_backend_torch.options)")
     ap.add_argument("--skip-cpu", action="store_true", help="leave out the cpu (NumPy) backend")
     ap.add_argument("--skip-transformers", action="store_true")
