@@ -9,7 +9,7 @@ matrix-vector work; :class:`ByBatchSize` routes larger batches to dense weights.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Self
 
 import torch
 import torch.nn.functional as F
@@ -87,17 +87,25 @@ def dense(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -
     return Dense(weight.to(dtype), None if bias is None else bias.to(dtype))
 
 
-class Int8:
-    """Weight-only int8: one bf16 scale per output channel (symmetric)."""
+def _per_channel_int8(weight: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 ``[out, in]`` weights and their per-output-channel scale (in ``scale_dtype``;
+    the weights are rounded against that scale as stored)."""
+    w = weight.float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).to(scale_dtype)
+    return torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+class _Int8Weights:
+    """int8 weights with one scale per output channel; subclasses multiply."""
+
+    SCALE_DTYPE = torch.float32
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        w = weight.float()
-        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).to(torch.bfloat16)
-        self._set(torch.round(w / scale.float()[:, None]).clamp(-127, 127).to(torch.int8), scale, bias)
+        self._set(*_per_channel_int8(weight, self.SCALE_DTYPE), bias)
 
     @classmethod
-    def from_quantised(cls, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8":
-        """The layer over already quantised ``weight`` (int8 ``[out, in]``) and ``scale``."""
+    def from_quantised(cls, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> Self:
+        """The layer over already quantised ``weight`` (int8 ``[out, in]``) and its ``scale``."""
         layer = cls.__new__(cls)
         layer._set(weight, scale, bias)
         return layer
@@ -110,6 +118,12 @@ class Int8:
 
     def dequantised(self) -> torch.Tensor:
         return self.weight.float() * self.scale.float()[:, None]
+
+
+class Int8(_Int8Weights):
+    """Weight-only int8: one bf16 scale per output channel (symmetric)."""
+
+    SCALE_DTYPE = torch.bfloat16
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scale)
@@ -159,30 +173,15 @@ class Int4:
         return y if self.bias is None else y + self.bias
 
 
-class Int8Dynamic:
+class Int8Dynamic(_Int8Weights):
     """int8 weights (one scale per output channel) times int8 activations quantised per token on
     every call, multiplied by ``torch._int_mm`` (oneDNN's VNNI kernels on x86): 5-7x less CPU
     time than bf16 from 8 rows up on a CPU without AMX, where bf16 GEMMs are slow. Outlier input
     channels (see :data:`_OUTLIER_RATIO`) bypass the activation quantisation: their products use
     the dequantised weight columns."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        w = weight.float()
-        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        self._set(torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale, bias)
-
-    @classmethod
-    def from_quantised(cls, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> "Int8Dynamic":
-        """The layer over already quantised ``weight`` (int8 ``[out, in]``) and float32 ``scale``."""
-        layer = cls.__new__(cls)
-        layer._set(weight, scale, bias)
-        return layer
-
     def _set(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight = weight.contiguous()
-        self.scale = scale.float()
-        self.bias = None if bias is None else bias.float()
-        self.out_features = int(weight.shape[0])
+        super()._set(weight, scale.float(), None if bias is None else bias.float())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.to(torch.float32, copy=True)  # worked on in place below
