@@ -5,6 +5,9 @@ logits at every position with float32: top-1 agreement, mean and max KL(float32 
 
     python benchmarks/torch_accuracy.py                         # the formats of docs/performance.md
     python benchmarks/torch_accuracy.py "w8a8:quant=w8a8,quant_max_tokens=0"   # NAME:KEY=VALUE,...
+
+Each format is a set of torch backend options (``pie_backend_torch.options``) plus ``dtype``
+(default bfloat16).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> int:
     print(f"{len(ids)} prompt tokens; reference: float32\n")
     print("| format | top-1 agreement | mean KL | max KL |\n|---|---:|---:|---:|")
     for name, extra in map(_parse, argv or FORMATS):
-        got = _log_softmax(logits("bfloat16", extra))
+        got = _log_softmax(logits(str(extra.pop("dtype", "bfloat16")), extra))
         kl = (np.exp(ref) * (ref - got)).sum(-1)
         top1 = (ref.argmax(-1) == got.argmax(-1)).mean()
         print(f"| {name} | {top1 * 100:.1f}% | {kl.mean():.4f} | {kl.max():.4f} |")

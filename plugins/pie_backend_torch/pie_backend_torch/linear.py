@@ -9,8 +9,10 @@ matrix-vector work; :class:`ByBatchSize` routes larger batches to dense weights.
 
 from __future__ import annotations
 
-from typing import Protocol, Self
+import warnings
+from typing import Any, Callable, Protocol, Self
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -34,12 +36,15 @@ INT4_GROUP = 32
 _INT4_INNER_K_TILES = 2
 _INT4_OUT_MULTIPLE = 16  # the CPU packing works on blocks of 16 output channels
 _PACK_BATCH_HINT = 32
-_OUTLIER_RATIO = 6.0
-"""Int8Dynamic: input channels whose peak over the batch exceeds this many times the median
-channel peak are multiplied in float32 (LLM.int8()'s decomposition): a few channels of the
-residual stream carry values 10-50x the others and would crush every token's int8 step."""
-_MAX_KEPT_COLUMNS = 64
-"""Int8Dynamic keeps at most this many dequantised outlier columns per layer."""  # oneDNN's blocking is chosen for this many rows; any count works
+_OUTLIER_CHANNELS = 8
+"""Int8Dynamic: the input channels of largest magnitude over the batch (this many) are taken out
+of the int8 step and multiplied in float32 (LLM.int8()'s decomposition, with a fixed count rather
+than a threshold: no data-dependent shapes, and no harm when there are fewer outliers). A few
+channels of Qwen2.5's residual stream carry values 10-50x the others and would crush every
+token's int8 step (docs/performance.md has the accuracy with and without)."""
+_KEPT_COLUMNS = 32
+"""Int8Dynamic keeps the dequantised weights of up to this many outlier channels per layer (the
+same channels come back step after step); a new channel past that starts the set afresh."""
 
 
 def fits_int4(weight: torch.Tensor) -> bool:
@@ -80,9 +85,14 @@ class PackedDense:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
+def _packs_bf16() -> bool:
+    """Whether oneDNN pre-packs bf16 weights here (it needs native bf16, e.g. AVX512-BF16)."""
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def dense(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> Linear:
-    """The dense layer for ``dtype`` on the weight's device (pre-packed bf16 on a CPU with oneDNN)."""
-    if weight.device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available():
+    """The dense layer for ``dtype`` on the weight's device (pre-packed bf16 on a CPU with native bf16)."""
+    if weight.device.type == "cpu" and dtype == torch.bfloat16 and _packs_bf16():
         return PackedDense(weight, bias)
     return Dense(weight.to(dtype), None if bias is None else bias.to(dtype))
 
@@ -173,30 +183,107 @@ class Int4:
         return y if self.bias is None else y + self.bias
 
 
+class _KeptColumns:
+    """Dequantised float32 weights of the input channels met as outliers, for one layer, so that
+    each is dequantised once rather than on every call."""
+
+    def __init__(self, fetch: Callable[[torch.Tensor], torch.Tensor], in_features: int) -> None:
+        self.fetch = fetch  # channel ids -> float32 [len(ids), out]
+        self.slot = np.full(in_features, -1, dtype=np.int64)  # channel -> row of ``table``
+        self.table: torch.Tensor | None = None
+        self.used = 0
+
+    def __call__(self, channels: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(channels), out]`` for distinct CPU ``channels``."""
+        ids = channels.numpy()
+        slots = self.slot[ids]
+        if slots.min() < 0:
+            slots = self._add(ids, ids[slots < 0])
+        assert self.table is not None
+        return self.table.index_select(0, torch.from_numpy(slots))
+
+    def _add(self, ids: np.ndarray, missing: np.ndarray) -> np.ndarray:
+        if self.used + len(missing) > _KEPT_COLUMNS:
+            self.slot[:] = -1
+            self.used = 0
+            missing = ids
+        cols = self.fetch(torch.from_numpy(missing))
+        if self.table is None:
+            self.table = cols.new_empty(_KEPT_COLUMNS, cols.shape[1])
+        self.table[self.used : self.used + len(missing)] = cols
+        self.slot[missing] = np.arange(self.used, self.used + len(missing))
+        self.used += len(missing)
+        return self.slot[ids]
+
+
+def _has_vnni() -> bool:
+    """Whether oneDNN's int8 kernels behind ``torch._int_mm`` have VNNI (AVX512-VNNI, AVX-VNNI or AMX)."""
+    return bool(torch.cpu._is_vnni_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def _fbgemm_pack(weight: torch.Tensor, scale: torch.Tensor) -> Any:
+    """fbgemm's packed form of symmetric per-output-channel int8 weights (no bias)."""
+    with warnings.catch_warnings():  # quantized tensors are deprecated as a user API; fbgemm's packing still takes one
+        warnings.simplefilter("ignore", UserWarning)
+        q = torch._make_per_channel_quantized_tensor(
+            weight, scale.double(), torch.zeros(weight.shape[0], dtype=torch.int64), 0
+        )
+        engine = torch.backends.quantized.engine
+        torch.backends.quantized.engine = "fbgemm"
+        try:
+            return torch.ops.quantized.linear_prepack(q, None)
+        finally:
+            torch.backends.quantized.engine = engine
+
+
 class Int8Dynamic(_Int8Weights):
     """int8 weights (one scale per output channel) times int8 activations quantised per token on
-    every call, multiplied by ``torch._int_mm`` (oneDNN's VNNI kernels on x86): 5-7x less CPU
-    time than bf16 from 8 rows up on a CPU without AMX, where bf16 GEMMs are slow. Outlier input
-    channels (see :data:`_OUTLIER_RATIO`) bypass the activation quantisation: their products use
-    the dequantised weight columns."""
+    every call: 5-7x less CPU time than bf16 from 8 rows up on a CPU without AMX, and 2x less than
+    int4 weight-only at one row on an AVX2 CPU. Outlier input channels (see
+    :data:`_OUTLIER_CHANNELS`) bypass the activation quantisation: their products use the
+    dequantised weight columns.
+
+    The integer product is ``torch._int_mm`` (oneDNN) on a CPU with VNNI, and fbgemm's
+    ``quantized::linear_dynamic`` elsewhere (oneDNN has no fast int8 path without VNNI; fbgemm's
+    AVX2 kernels do). fbgemm quantises the activation per tensor, to 7 bits on such CPUs (so that
+    its 16-bit pair sums cannot saturate); rows are scaled to a peak of 1 before the call and back
+    after it, which makes that per token, as on the VNNI path."""
 
     def _set(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super()._set(weight, scale.float(), None if bias is None else bias.float())
+        self.packed = None
+        self.rows: torch.Tensor | None = None  # [in, out]: outlier channels' weights as contiguous rows
+        if not _has_vnni() and weight.device.type == "cpu":
+            self.packed = _fbgemm_pack(self.weight, self.scale)
+            # fbgemm keeps its own copy, so this one is read only for outlier channels: stored
+            # input-major, reading them is a few contiguous rows, not a strided pass over all
+            self.rows = self.weight.t().contiguous()
+            self.weight = self.rows.t()
+        self.kept = _KeptColumns(self._outlier_columns, int(weight.shape[1]))
+
+    def _outlier_columns(self, outliers: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(outliers), out]``: the dequantised weights of those input channels."""
+        if self.rows is not None:
+            return self.rows.index_select(0, outliers).float().mul_(self.scale)
+        return self.weight.index_select(1, outliers).float().mul_(self.scale[:, None]).t()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.to(torch.float32, copy=True)  # worked on in place below
-        peaks = xf.abs().amax(dim=0)
-        outliers = (peaks > _OUTLIER_RATIO * peaks.median()).nonzero().squeeze(1)
-        wide = None
-        if outliers.numel():
-            wide = xf.index_select(1, outliers)
-            xf.index_fill_(1, outliers, 0.0)
-        step = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127.0)
-        xq = xf.div_(step).round_().to(torch.int8)
-        y = torch._int_mm(xq, self.weight.t()).mul(step * self.scale)  # int32 * float32 -> float32
-        if wide is not None:
-            cols = self.weight.index_select(1, outliers).float().mul_(self.scale[:, None])
-            y.addmm_(wide, cols.t())
+        xf = x.float()
+        rows, width = xf.shape
+        peaks = xf.abs() if rows == 1 else xf.abs().amax(dim=0, keepdim=True)
+        outliers = peaks.topk(min(_OUTLIER_CHANNELS, width), dim=1, sorted=False).indices[0]
+        wide = xf.index_select(1, outliers)
+        xf = xf.index_fill(1, outliers, 0.0)
+        if self.packed is None:
+            step = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127.0)
+            xq = xf.div_(step).round_().to(torch.int8)
+            y = torch._int_mm(xq, self.weight.t()).mul(step * self.scale)  # int32 * float32 -> float32
+        elif rows == 1:  # fbgemm's per-tensor range is the token's own
+            y = torch.ops.quantized.linear_dynamic(xf, self.packed, True)
+        else:
+            peak = xf.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12)
+            y = torch.ops.quantized.linear_dynamic(xf.div_(peak), self.packed, True).mul_(peak)
+        y.addmm_(wide, self.kept(outliers))
         if self.bias is not None:
             y.add_(self.bias)
         return y.to(x.dtype)
@@ -237,7 +324,7 @@ def quantise(
         small = Int4(weight, b)
     else:
         small = Int8(weight, b)
-    if max_tokens <= 0:
+    if max_tokens <= 0 or (kind == "w8a8" and large == "w8a8"):
         return small
     big = Int8Dynamic(weight, bias) if large == "w8a8" else dense(weight, bias, dtype)
     return ByBatchSize(small, big, max_tokens)

@@ -3,13 +3,15 @@
 Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
 
 - ``quant``: ``"none"``, ``"int8"``, ``"int4"`` or ``"w8a8"``: quantisation of the linear
-  layers (CPU). ``"auto"`` (the default) means int4 when ``dtype`` is ``"auto"`` on a CPU with
-  native bf16 (the fast default; see docs/performance.md for its accuracy), else none.
+  layers (CPU). ``"auto"`` (the default), when ``dtype`` is ``"auto"`` on a CPU, means int4 where
+  the CPU has native bf16 and w8a8 (with float32 activations) where it has not, such as AVX2
+  CPUs (the fast defaults; see docs/performance.md for their accuracy); else none.
   ``"w8a8"`` is int8 weights times int8 activations quantised per token on every call (outlier
-  channels in float32), multiplied by ``torch._int_mm``.
+  channels in float32), multiplied by ``torch._int_mm`` on a CPU with VNNI and by fbgemm's
+  kernels on others; it takes any ``dtype``, the weight-only kinds need bfloat16.
 - ``quant_max_tokens``: batches with more input tokens than this run the ``quant_large`` layers
   instead (the int8/int4 weight-only kernels are made for matrix-vector work). ``0`` keeps the
-  ``quant`` layers for every batch.
+  ``quant`` layers for every batch, as does ``quant_large`` equal to ``quant``.
 - ``quant_large``: ``"none"`` (dense weights in ``dtype``) or ``"w8a8"``: the layers of batches
   over ``quant_max_tokens``. ``"auto"`` (the default) is w8a8 when ``quant`` was left to auto,
   else none: on a CPU without AMX, bf16 GEMMs are 5-7x slower than int8 ones.
@@ -91,6 +93,15 @@ def _cpu_has_bf16() -> bool:
     return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def _auto_quant(dtype_name: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``quant="auto"``: int4 weight-only decode where the CPU computes bf16 natively, w8a8 on
+    other CPUs (AVX2: fbgemm's int8 kernels are 2x int4's speed there, and bf16 is emulated),
+    none when the dtype was chosen by hand or on a GPU."""
+    if dtype_name != "auto" or device.type != "cpu":
+        return "none"
+    return "int4" if dtype == torch.bfloat16 else "w8a8"
+
+
 def _dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         if device.type == "cuda":
@@ -123,18 +134,21 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
     device = _device(options.device)
     dtype = _dtype(options.dtype, device)
     quant = str(extra.get("quant", "auto"))
-    if quant == "auto":
-        quant = "int4" if options.dtype == "auto" and device.type == "cpu" and dtype == torch.bfloat16 else "none"
+    auto_quant = quant == "auto"
+    if auto_quant:
+        quant = _auto_quant(options.dtype, device, dtype)
     if quant not in QUANT_KINDS:
         raise ValueError(f"unsupported quant {quant!r}; expected one of {', '.join(QUANT_KINDS)} or 'auto'")
-    if quant != "none" and (device.type != "cpu" or dtype != torch.bfloat16):
+    if quant == "w8a8" and device.type != "cpu":
+        raise ValueError(f"w8a8 runs on the CPU; use device='cpu' (got {device})")
+    if quant in ("int8", "int4") and (device.type != "cpu" or dtype != torch.bfloat16):
         raise ValueError(
             f"weight-only {quant} runs on the CPU with bfloat16 activations; "
             f"use device='cpu' and dtype='bfloat16' (got {device}, {dtype})"
         )
     quant_large = str(extra.get("quant_large", "auto"))
     if quant_large == "auto":
-        quant_large = "w8a8" if str(extra.get("quant", "auto")) == "auto" and quant != "none" else "none"
+        quant_large = "w8a8" if auto_quant and quant != "none" else "none"
     if quant_large not in LARGE_KINDS:
         raise ValueError(f"unsupported quant_large {quant_large!r}; expected one of {', '.join(LARGE_KINDS)} or 'auto'")
     if quant_large != "none" and quant == "none":

@@ -1,6 +1,7 @@
-"""Weight-only int8 / int4 layers: torch's CPU kernels compute ``x @ W_q.T`` for the quantised
-weight, the quantisation error stays within its step size, and the batch-size switch routes
-large batches to the dense weights."""
+"""Quantised linear layers: torch's CPU kernels compute ``x @ W_q.T`` for the quantised weight
+(weight-only int8 / int4, and int8 x int8 "w8a8" on both of its kernels: ``torch._int_mm`` for
+CPUs with VNNI, fbgemm for others), the quantisation error stays within its step size, and the
+batch-size switch routes large batches to the other layer."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import pytest
 import torch
 
 from backend_testkit import kv_request, probe_logits, random_weights, run
+from pie_backend_torch import linear
 from pie_backend_torch.linear import INT4_GROUP, ByBatchSize, Dense, Int4, Int8, Int8Dynamic, quantise
 from pie_core.models.spec import ModelSpec, RopeConfig
 from torch_testkit import load_torch
+
+
+@pytest.fixture(params=["int_mm", "fbgemm"])
+def w8a8_kernel(request, monkeypatch) -> str:
+    """Run a w8a8 test on each integer kernel, whichever this CPU would pick."""
+    monkeypatch.setattr(linear, "_has_vnni", lambda: request.param == "int_mm")
+    return str(request.param)
 
 
 @pytest.fixture
@@ -87,18 +96,34 @@ def _per_token_int8(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (torch.round(x / sx) @ torch.round(w / sw[:, None]).T) * sx * sw
 
 
-def test_w8a8_multiplies_like_the_float_weights():
+@pytest.mark.parametrize("rows", [1, 12])
+def test_w8a8_multiplies_like_the_float_weights(w8a8_kernel, rows):
     torch.manual_seed(1)
     w, b = torch.randn(64, 96) / 10, torch.randn(64)
     layer = Int8Dynamic(w, b)
-    x = torch.randn(12, 96)
+    assert (layer.packed is None) == (w8a8_kernel == "int_mm")
+    x = torch.randn(rows, 96)
     want = x @ w.T + b
     got = layer(x.bfloat16()).float()
     assert got.dtype == torch.float32 and layer(x.bfloat16()).dtype == torch.bfloat16
+    assert layer(x).dtype == torch.float32
     torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+    torch.testing.assert_close(layer(x), want, atol=0.05, rtol=0.02)
 
 
-def test_w8a8_keeps_outlier_channels_out_of_the_int8_step():
+def test_w8a8_scales_each_token_on_its_own(w8a8_kernel):
+    """A token 1000x smaller than its batch neighbour keeps its precision (per-token steps, on
+    fbgemm too, whose own activation range is per tensor)."""
+    torch.manual_seed(4)
+    w = torch.randn(64, 96) / 10
+    layer = Int8Dynamic(w, None)
+    small = torch.randn(1, 96) / 1000
+    want = small @ w.T
+    for got in (layer(torch.cat([torch.randn(1, 96), small]))[1:], layer(small)):
+        assert ((got - want).norm() / want.norm()).item() < 0.02
+
+
+def test_w8a8_keeps_outlier_channels_out_of_the_int8_step(w8a8_kernel):
     torch.manual_seed(2)
     w = torch.randn(64, 96) / 10
     x = torch.randn(8, 96)
@@ -113,7 +138,7 @@ def test_w8a8_keeps_outlier_channels_out_of_the_int8_step():
     assert err < naive_err / 10, (err, naive_err)
 
 
-def test_w8a8_handles_a_different_outlier_channel_each_call():
+def test_w8a8_handles_a_different_outlier_channel_each_call(w8a8_kernel):
     torch.manual_seed(3)
     layer = Int8Dynamic(torch.randn(32, 64) / 10, None)
     deq = layer.weight.float() * layer.scale[:, None]
@@ -121,6 +146,22 @@ def test_w8a8_handles_a_different_outlier_channel_each_call():
         x = torch.randn(4, 64)
         x[:, channels] *= 80.0
         torch.testing.assert_close(layer(x), x @ deq.T, atol=0.05, rtol=0.02)
+
+
+def test_w8a8_keeps_outlier_weights_and_starts_afresh_when_full(w8a8_kernel):
+    torch.manual_seed(5)
+    layer = Int8Dynamic(torch.randn(32, 96) / 10, None)
+    deq = layer.weight.float() * layer.scale[:, None]
+    for start in [*range(0, 96, 6), 0, 0]:  # 8 channels a call, 16 sets: the kept ones overflow
+        x = torch.randn(2, 96)
+        x[:, start : start + 6] *= 80.0
+        torch.testing.assert_close(layer(x), x @ deq.T, atol=0.05, rtol=0.02)
+        assert 0 < layer.kept.used <= linear._KEPT_COLUMNS
+
+
+def test_w8a8_for_every_batch_size_is_one_layer():
+    layer = quantise(torch.randn(48, 96), None, "w8a8", torch.float32, 8, "w8a8")
+    assert isinstance(layer, Int8Dynamic)
 
 
 def test_large_batches_can_use_w8a8():

@@ -10,6 +10,9 @@ import torch
 
 from backend_testkit import kv_request, load_cpu, probe_logits, random_weights, run, tiny_spec
 from pie_backend_torch import TorchBackend
+from pie_backend_torch import options as options_module
+from pie_backend_torch.linear import ByBatchSize, Int8Dynamic
+from pie_backend_torch.options import resolve_options
 from pie_backend_torch.kv_cache import page_bytes
 from pie_core.hookspec import CONTRACT_VERSION, BackendOptions, CopyKind, ProbeKind
 from pie_core.plugins import available_backends, bind_plugin
@@ -81,15 +84,29 @@ def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
         TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(extra={"kernels": "triton"}))
 
 
-def test_auto_dtype_picks_bf16_with_int4_decode_and_w8a8_batches_on_a_bf16_cpu():
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        pytest.skip("this CPU has no native bf16")
+@pytest.mark.parametrize(
+    ("native_bf16", "dtype", "quant", "quant_large"),
+    [(True, "bfloat16", "int4", "w8a8"), (False, "float32", "w8a8", "w8a8")],
+)
+def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, dtype, quant, quant_large):
+    """int4 decode + w8a8 batches where bf16 is native (AVX512-BF16); float32 activations with
+    w8a8 everywhere on other CPUs (AVX2), where bf16 is emulated and int4 is slower than int8."""
+    monkeypatch.setattr(options_module, "_cpu_has_bf16", lambda: native_bf16)
     spec = tiny_spec("qwen2")
     backend = TorchBackend()
     caps = backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="auto", kv_pages=4))
-    assert caps.dtype == "bfloat16"
-    assert backend._config is not None and backend._config.quant == "int4"
-    assert backend._config.quant_large == "w8a8"
+    assert caps.dtype == dtype
+    config = backend._config
+    assert config is not None and (config.quant, config.quant_large) == (quant, quant_large)
+    assert backend._model is not None
+    qkv = backend._model.weights.layers[0].qkv
+    assert isinstance(qkv, Int8Dynamic) if quant == "w8a8" else isinstance(qkv, ByBatchSize)
+
+
+def test_w8a8_takes_float32_activations_and_weight_only_kinds_do_not():
+    assert resolve_options(BackendOptions(dtype="float32", extra={"quant": "w8a8"})).quant == "w8a8"
+    with pytest.raises(ValueError, match="bfloat16"):
+        resolve_options(BackendOptions(dtype="float32", extra={"quant": "int4"}))
 
 
 def test_load_rejects_missing_misshapen_and_unexpected_weights():

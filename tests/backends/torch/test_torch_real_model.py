@@ -12,6 +12,7 @@ import asyncio
 
 import numpy as np
 import pytest
+import torch
 
 from inferlet import Context, Logits, Model, Sampler, runtime
 from pie_core.hookspec import BackendOptions
@@ -84,19 +85,24 @@ def test_fp32_greedy_64_tokens_equal_the_cpu_backend(cpu_engine):
     assert ours == ref, f"greedy tokens diverge at step {first}: torch {ours[first:first + 5]}, cpu {ref[first:first + 5]}"
 
 
-def test_bf16_prompt_logits_match_transformers(auto_engine, hf_model):
-    assert next(iter(auto_engine.models.values())).caps.dtype == "bfloat16"
+def test_default_cpu_mode_prompt_logits_match_transformers(auto_engine, hf_model):
+    """The auto mode: bf16 with int4/w8a8 on a bf16 CPU, float32 activations with w8a8 on others."""
+    want = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    assert next(iter(auto_engine.models.values())).caps.dtype == want
     ids, rows = _run(auto_engine, _prompt_logits)
     ours = np.asarray(rows, dtype=np.float32)
     ref = _hf_logits(hf_model, ids)[:, : ours.shape[1]]
-    # bf16 keeps 8 mantissa bits: ~0.4% per rounding, accumulated over 24 layers
+    # bf16 keeps 8 mantissa bits (~0.4% per rounding); fbgemm's 7-bit activation steps (the
+    # float32 mode) move single logits more, so there the distribution bounds below are the gate
     err = np.abs(ours - ref).max(axis=1)
     scale = np.abs(ref).max(axis=1)
-    assert np.all(err <= 0.05 * scale), f"max |Δ|/max|logit| = {float((err / scale).max()):.3f}"
+    bound = 0.05 if want == "bfloat16" else 0.15
+    assert np.all(err <= bound * scale), f"max |Δ|/max|logit| = {float((err / scale).max()):.3f}"
     logp = lambda x: x - np.logaddexp.reduce(x, axis=1, keepdims=True)  # noqa: E731
     p = np.exp(logp(ref))
     kl = (p * (logp(ref) - logp(ours))).sum(axis=1)
-    assert kl.mean() < 5e-3, f"mean KL(transformers || torch bf16) = {kl.mean():.4f}"
+    kl_bound = 5e-3 if want == "bfloat16" else 2e-2  # float32 + w8a8 measured 0.0125 on this prompt
+    assert kl.mean() < kl_bound, f"mean KL(transformers || torch auto) = {kl.mean():.4f}"
     assert np.mean(ours.argmax(1) == ref.argmax(1)) >= 0.9
 
 

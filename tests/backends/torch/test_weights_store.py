@@ -45,6 +45,7 @@ def cache(tmp_path, monkeypatch):
         ("qwen2", {"quant": "int8", "quant_max_tokens": 0}),  # biases, tied head, int8 only
         ("qwen3", {"quant": "none"}),  # bf16 packed dense, Q/K norms
         ("gemma3", {"quant": "int4", "quant_max_tokens": 0}),  # sandwich norms; int4 falls back to int8
+        ("qwen2", {"quant": "w8a8", "quant_large": "w8a8", "dtype": "float32"}),  # the AVX2 default
     ],
 )
 def test_second_load_reads_the_store_and_computes_the_same(arch, extra):
