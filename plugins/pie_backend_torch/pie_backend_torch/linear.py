@@ -16,6 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pie_backend_torch.options import cpu_has_bf16
+
 __all__ = [
     "Linear",
     "Dense",
@@ -85,14 +87,9 @@ class PackedDense:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
-def _packs_bf16() -> bool:
-    """Whether oneDNN pre-packs bf16 weights here (it needs native bf16, e.g. AVX512-BF16)."""
-    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 def dense(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> Linear:
     """The dense layer for ``dtype`` on the weight's device (pre-packed bf16 on a CPU with native bf16)."""
-    if weight.device.type == "cpu" and dtype == torch.bfloat16 and _packs_bf16():
+    if weight.device.type == "cpu" and dtype == torch.bfloat16 and cpu_has_bf16():
         return PackedDense(weight, bias)
     return Dense(weight.to(dtype), None if bias is None else bias.to(dtype))
 

@@ -89,7 +89,8 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _cpu_has_bf16() -> bool:
+def cpu_has_bf16() -> bool:
+    """Whether oneDNN computes bf16 natively on this CPU (AVX512-BF16, AMX); it also pre-packs bf16 weights only there."""
     return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
@@ -106,7 +107,7 @@ def _dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if _cpu_has_bf16() else torch.float32
+        return torch.bfloat16 if cpu_has_bf16() else torch.float32
     if name not in DTYPES:
         raise ValueError(f"unsupported dtype {name!r}; expected 'auto' or one of {', '.join(DTYPES)}")
     return DTYPES[name]

@@ -91,7 +91,7 @@ def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
 def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, dtype, quant, quant_large):
     """int4 decode + w8a8 batches where bf16 is native (AVX512-BF16); float32 activations with
     w8a8 everywhere on other CPUs (AVX2), where bf16 is emulated and int4 is slower than int8."""
-    monkeypatch.setattr(options_module, "_cpu_has_bf16", lambda: native_bf16)
+    monkeypatch.setattr(options_module, "cpu_has_bf16", lambda: native_bf16)
     spec = tiny_spec("qwen2")
     backend = TorchBackend()
     caps = backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="auto", kv_pages=4))
