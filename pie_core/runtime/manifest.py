@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from pie_core.errors import InvalidInput
@@ -12,6 +12,10 @@ from pie_core.errors import InvalidInput
 __all__ = ["Parameter", "Manifest", "load_manifest", "parse_cli_args"]
 
 _TYPES: dict[str, type | tuple[type, ...]] = {"string": str, "int": int, "float": (int, float), "bool": bool}
+_MAX_MANIFEST_BYTES = 64 * 2**10
+_MAX_DEPTH = 16  # tables and arrays inside one another
+_MAX_PARAMETERS = 256
+_MAX_ENTRY = 1024  # bytes of the entry path
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,36 +88,63 @@ class Manifest:
         return out
 
 
-def load_manifest(folder: str | Path) -> Manifest:
+def load_manifest(folder: str | Path, *, shown_as: str | None = None) -> Manifest:
     """Read ``folder/Pie.toml``.
 
+    Args:
+        folder: The inferlet folder.
+        shown_as: What error messages call the folder (the server does not show clients its
+            own paths); default: its path.
+
     Raises:
-        InvalidInput: The file is missing, not TOML, or its tables are malformed (the message
-            names the key).
+        InvalidInput: The file is missing, over 64 KiB, not UTF-8 TOML, nested over 16 deep,
+            its tables are malformed (the message names the key), or ``[runtime] entry`` is
+            not a file inside the folder.
     """
     root = Path(folder)
+    where = shown_as or str(root)
     path = root / "Pie.toml"
     if not path.is_file():
-        raise InvalidInput(f"{root} has no Pie.toml; an inferlet is a folder with Pie.toml and main.py")
+        raise InvalidInput(f"{where} has no Pie.toml; an inferlet is a folder with Pie.toml and main.py")
+    shown = f"{where}/Pie.toml"
+    with open(path, "rb") as fh:
+        raw = fh.read(_MAX_MANIFEST_BYTES + 1)
+    if len(raw) > _MAX_MANIFEST_BYTES:
+        raise InvalidInput(f"{shown}: over {_MAX_MANIFEST_BYTES} bytes; a manifest holds names, versions "
+                           "and parameters only")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{shown}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"{path}: not valid TOML: {exc}") from None
+        raise InvalidInput(f"{shown}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"{shown}: arrays or tables nested over {_MAX_DEPTH} deep") from None
+    if _depth(data) > _MAX_DEPTH:
+        raise InvalidInput(f"{shown}: arrays or tables nested over {_MAX_DEPTH} deep")
     pkg = data.get("package")
     if not isinstance(pkg, dict) or not isinstance(pkg.get("name"), str) or not pkg["name"]:
-        raise InvalidInput(f"{path}: [package] needs a non-empty string 'name'")
+        raise InvalidInput(f"{shown}: [package] needs a non-empty string 'name'")
     version = pkg.get("version", "0.0.0")
     if not isinstance(version, str):
-        raise InvalidInput(f"{path}: [package] version must be a string")
+        raise InvalidInput(f"{shown}: [package] version must be a string")
     runtime = data.get("runtime", {})
     if not isinstance(runtime, dict):
-        raise InvalidInput(f"{path}: [runtime] must be a table")
+        raise InvalidInput(f"{shown}: [runtime] must be a table")
     entry = runtime.get("entry", "main.py")
+    if not _inside(root, entry):
+        raise InvalidInput(f"{shown}: [runtime] entry must be a relative path to a file inside the inferlet folder "
+                           f"(no '..', not absolute, no link out of it), got {str(entry)[:200]!r}")
     if not (root / entry).is_file():
-        raise InvalidInput(f"{path}: entry module {entry!r} not found in {root}")
+        raise InvalidInput(f"{shown}: entry module {entry!r} not found in {where}")
+    declared = data.get("parameters", {})
+    if not isinstance(declared, dict):
+        raise InvalidInput(f"{shown}: [parameters] must be a table of name = {{type = \"...\"}}")
+    if len(declared) > _MAX_PARAMETERS:
+        raise InvalidInput(f"{shown}: {len(declared)} parameters; at most {_MAX_PARAMETERS} are allowed")
     params = {}
-    for name, spec in data.get("parameters", {}).items():
-        params[name] = _parse_parameter(path, name, spec)
+    for name, spec in declared.items():
+        params[name] = _parse_parameter(shown, name, spec)
     return Manifest(
         name=pkg["name"],
         version=version,
@@ -125,7 +156,40 @@ def load_manifest(folder: str | Path) -> Manifest:
     )
 
 
-def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
+def _inside(root: Path, entry: Any) -> bool:
+    """Whether ``entry`` names a path inside ``root`` once symlinks are resolved. Decided
+    without looking at anything outside ``root``, so the answer never tells whether a path
+    outside exists."""
+    if not isinstance(entry, str) or not entry or len(entry.encode("utf-8", "replace")) > _MAX_ENTRY:
+        return False
+    pure = PurePosixPath(entry)
+    if "\0" in entry or "\\" in entry or pure.is_absolute() or ".." in pure.parts:
+        return False
+    try:
+        base = root.resolve()
+        return (base / pure).resolve().is_relative_to(base)
+    except (OSError, RuntimeError):  # a symlink loop or a name too long: not a usable entry either way
+        return False
+
+
+def _depth(value: Any) -> int:
+    """How deeply tables and arrays nest in parsed TOML (iteratively: no recursion limit)."""
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level + 1)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _parse_parameter(path: str, name: str, spec: Any) -> Parameter:
     if isinstance(spec, str):
         spec = {"type": spec}
     if not isinstance(spec, dict):

@@ -71,3 +71,55 @@ def test_malformed_manifests_say_what_is_wrong(tmp_path, toml, message):
 def test_folder_without_manifest(tmp_path):
     with pytest.raises(InvalidInput, match="has no Pie.toml"):
         load_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("entry", ["/etc/passwd", "/etc/no-such-file", "../main.py", "sub/../../x.py", "", "a\\b.py"])
+def test_entry_must_be_a_relative_path_inside_the_folder(tmp_path, entry):
+    folder = tmp_path / "inferlet"
+    folder.mkdir()
+    with pytest.raises(InvalidInput, match=r"\[runtime\] entry must be a relative path to a file inside") as err:
+        load_manifest(_inferlet(folder, f"[package]\nname = 'x'\n[runtime]\nentry = '{entry}'\n"))
+    assert "no-such-file" not in str(err.value).replace(entry, "") and "not found" not in str(err.value)
+
+
+def test_entry_symlinked_out_of_the_folder_is_refused_like_a_missing_one(tmp_path):
+    folder = tmp_path / "inferlet"
+    folder.mkdir()
+    (tmp_path / "outside.py").write_text("async def main(input):\n    return 1\n")
+    (folder / "real.py").symlink_to(tmp_path / "outside.py")
+    (folder / "dangling.py").symlink_to(tmp_path / "missing.py")
+    (folder / "loop.py").symlink_to(folder / "loop.py")
+    messages = []
+    for entry in ("real.py", "dangling.py", "loop.py"):
+        with pytest.raises(InvalidInput, match="inside the inferlet folder") as err:
+            load_manifest(_inferlet(folder, f'[package]\nname = "x"\n[runtime]\nentry = "{entry}"\n'))
+        messages.append(str(err.value).replace(entry, "<entry>"))
+    assert len(set(messages)) == 1
+
+
+def test_entry_in_a_subfolder_resolves_inside(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("async def main(input):\n    return 1\n")
+    m = load_manifest(_inferlet(tmp_path, '[package]\nname = "x"\n[runtime]\nentry = "./src/app.py"\n'))
+    assert m.entry_path.resolve() == (tmp_path / "src" / "app.py").resolve()
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('[package]\nname = "x"\n#' + "x" * 70_000 + "\n", "over 65536 bytes"),
+        ('[package]\nname = "x"\nv = ' + "[" * 3000 + "]" * 3000 + "\n", "nested over 16 deep"),
+        ("[" + ".".join(f"t{i}" for i in range(20)) + ']\n[package]\nname = "x"\n', "nested over 16 deep"),
+        ('parameters = [1]\n[package]\nname = "x"\n', r"\[parameters\] must be a table"),
+        ('[package]\nname = "x"\n[parameters]\n' + "".join(f'p{i} = "int"\n' for i in range(300)), "300 parameters"),
+    ],
+)
+def test_oversized_or_deeply_nested_manifests_are_refused(tmp_path, toml, message):
+    with pytest.raises(InvalidInput, match=message):
+        load_manifest(_inferlet(tmp_path, toml))
+
+
+def test_shown_as_keeps_the_folder_path_out_of_messages(tmp_path):
+    with pytest.raises(InvalidInput, match=r"^the archive/Pie.toml: \[package\]") as err:
+        load_manifest(_inferlet(tmp_path, "[other]\n"), shown_as="the archive")
+    assert str(tmp_path) not in str(err.value)
