@@ -16,7 +16,7 @@ from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.manifest import Manifest
-from pie_core.runtime.stderr import install_stderr_router
+from pie_core.runtime.stdio import flush_stdout, install_stdio_router
 
 __all__ = ["load_entry", "run_inferlet", "run_main"]
 
@@ -79,7 +79,8 @@ async def run_main(
 ) -> Event:
     """Run ``await main(payload)`` as an inferlet instance and emit its events.
 
-    Writes to ``sys.stderr`` from the inferlet's task become Stderr events. Pass
+    ``print()``/``sys.stdout`` writes from the inferlet's task become Stdout events (one per
+    line, see :mod:`pie_core.runtime.stdio`) and ``sys.stderr`` writes Stderr events. Pass
     ``instance`` to pre-load its inbox or file queue (``emit`` and ``username`` are then
     taken from it).
 
@@ -91,16 +92,18 @@ async def run_main(
     """
     inst = instance or HostInstance(engine=engine, emit=emit, username=username)
     emit = inst.emit
-    install_stderr_router()
+    install_stdio_router()
     token = bind(inst)
     try:
         try:
             final = Event("return", _jsonable(await main(payload)))
         except asyncio.CancelledError as exc:  # task.cancel(reason) puts the reason in the event
+            flush_stdout(inst)
             emit(Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled"))
             raise
         except Exception as exc:  # the inferlet failed: its message becomes the Error event
             final = Event("error", _describe(exc))
+        flush_stdout(inst)
         emit(final)
         return final
     finally:

@@ -147,7 +147,7 @@ def test_a_worker_cannot_reach_engine_objects_through_a_handle(served, bad_progr
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as alice:
             kind, value = (await _events(alice, await alice.install(bad_program), {"mode": "reach"}))[-1]
-            assert kind == "error" and "HostContext.owner is not available to inferlets" in value
+            assert kind == "error" and "HostContext handle has no attribute 'owner' for inferlets" in value
 
     served(scenario, launcher=_launcher())
 

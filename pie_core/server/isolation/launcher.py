@@ -3,31 +3,43 @@
 The engine keeps every resource: the worker's host calls run here, bound to the worker's
 :class:`HostInstance`, so when the worker ends — normally, by crashing, or killed for passing
 a limit — ``release_all`` frees its pages and subscriptions exactly as for an in-process one.
-The first message a worker gets is ``(manifest, input, limits, scratch dir)``.
+
+The worker is a stranger: its frames are decoded by :mod:`.wire` (bounded, no code named by
+the frame runs), and it may only call what :mod:`.host_api` declares. A frame or message that
+breaks the protocol kills the worker with an error event; a declared call that fails (a wrong
+argument count, a host error) is re-raised in the worker as it would be in-process.
+
+The first message a worker gets is ``{name, entry, root, input, limits, scratch}``; then the
+worker sends ``[op, ...]`` lists (see :meth:`_Session.dispatch`) and gets ``["reply", id, ok,
+value]`` for each call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import importlib
+import dataclasses
 import inspect
 import signal
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
+from pie_core.errors import PieError
 from pie_core.host import runtime as host_runtime
-from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.host.binding import HostInstance, bind, is_off_loop, run_off_loop, unbind
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
+from pie_core.runtime.instance import _jsonable
 from pie_core.runtime.manifest import Manifest
+from pie_core.server.isolation import host_api
 from pie_core.server.isolation.limits import WorkerLimits
 from pie_core.server.isolation.spawner import Spawner, WorkerProcess
-from pie_core.server.isolation.wire import HEADER, HandleTable, decode_from_worker, encode_for_worker, is_value
-from pie_core.server.isolation.worker import HOST_MODULES
+from pie_core.server.isolation.wire import HEADER, Codec, ProtocolError, check_frame_size
 
-__all__ = ["ProcessLauncher"]
+__all__ = ["ProcessLauncher", "MAX_CALLS", "MAX_HANDLES"]
 
-_MODULES = frozenset(HOST_MODULES)
+MAX_CALLS = 128  # host calls one worker may have in flight; past it the engine stops reading its pipe
+MAX_HANDLES = 2**16  # engine objects one worker may hold
+_MAX_ERROR = 16 * 1024  # characters of a worker's error text that reach the client
 
 
 class ProcessLauncher:
@@ -61,7 +73,7 @@ class ProcessLauncher:
         final = Event("error", "cancelled")
         try:
             try:
-                final = await self._launch(manifest, args, started)
+                final = await self._launch(manifest, args, started, inst.emit)
             except asyncio.CancelledError as exc:
                 final = Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled")
                 raise
@@ -82,104 +94,232 @@ class ProcessLauncher:
                     worker.close()
                     self.workers.discard(worker)
 
-    async def _launch(self, manifest: Manifest, args: dict[str, Any], started: list[WorkerProcess]) -> Event:
+    async def _launch(self, manifest: Manifest, args: dict[str, Any], started: list[WorkerProcess],
+                      emit: Callable[[Event], None]) -> Event:
         payload = manifest.validate_input(args)
-        scratch = host_runtime.scratch_dir()
+        first = {"name": manifest.name, "entry": manifest.entry, "root": str(manifest.root), "input": payload,
+                 "limits": dataclasses.asdict(self.limits), "scratch": host_runtime.scratch_dir()}
         phase = f"start-up limit of {self.limits.start_s:g}s"
+        loop = asyncio.get_running_loop()
+        launched, said_started = loop.time(), False
         try:
             async with asyncio.timeout(self.limits.start_s or None) as deadline:
                 worker = await self.spawner.start_worker()
                 started.append(worker)
                 self.workers.add(worker)
 
-                def on_started() -> None:  # imports are done: the wall clock starts now
-                    nonlocal phase
+                def on_started() -> None:  # imports are done: the wall clock starts, counted from the launch
+                    nonlocal phase, said_started
+                    if said_started:
+                        raise ProtocolError("the worker reported 'started' twice")
+                    said_started = True
                     phase = f"wall-time limit of {self.limits.wall_s:g}s"
-                    deadline.reschedule(asyncio.get_running_loop().time() + self.limits.wall_s if self.limits.wall_s > 0 else None)
+                    end = None
+                    if self.limits.wall_s > 0:
+                        end = loop.time() + self.limits.wall_s
+                        if self.limits.start_s > 0:
+                            end = min(end, launched + self.limits.start_s + self.limits.wall_s)
+                    deadline.reschedule(end)
 
-                return await self._serve(worker, (manifest, payload, self.limits, scratch), on_started)
+                return await _Session(worker, emit, self._run).serve(first, on_started)
         except TimeoutError:
             return Event("error", f"killed: the inferlet ran past its {phase}")
 
-    async def _serve(self, worker: WorkerProcess, first: tuple[Any, ...], on_started: Callable[[], None]) -> Event:
-        table, calls = HandleTable(), set[asyncio.Task[None]]()
-        worker.stdin.write(encode_for_worker(first, table))
-        loop = asyncio.get_running_loop()
+
+class _HandleTable:
+    """Engine objects a worker holds by id; only the classes :mod:`.host_api` declares."""
+
+    def __init__(self) -> None:
+        self._objs: dict[int, Any] = {}
+        self._ids: dict[int, int] = {}
+
+    def ref(self, obj: Any) -> tuple[int, str] | None:
+        kind = host_api.handle_kind(obj)
+        if kind is None:
+            return None
+        rid = self._ids.get(id(obj))
+        if rid is None:
+            if len(self._objs) >= MAX_HANDLES:
+                raise PieError(f"an inferlet worker may hold at most {MAX_HANDLES} engine objects (contexts, matchers, "
+                               "builders...); release the ones it no longer needs")
+            rid = self._ids[id(obj)] = len(self._objs) + 1
+            self._objs[rid] = obj
+        return rid, kind.name
+
+    def get(self, rid: int, kind: str) -> Any:
+        obj = self._objs.get(rid)
+        if obj is None:
+            raise ProtocolError(f"the worker named handle {rid}, which the engine never gave it")
+        return obj
+
+
+_Runner = Callable[[Manifest, dict[str, Any], HostInstance], Awaitable[Event]]
+
+
+class _Session:
+    """The engine's side of one worker's pipe: reads and checks its messages, runs its calls."""
+
+    def __init__(self, worker: WorkerProcess, emit: Callable[[Event], None], runner: _Runner) -> None:
+        self.worker, self.emit, self.runner = worker, emit, runner
+        self.table = _HandleTable()
+        self.codec = Codec(self.table.ref, self.table.get)
+        self.calls: set[asyncio.Task[None]] = set()
+        self.in_flight, self.room = 0, asyncio.Event()
+        self.room.set()
+        self.writing = asyncio.Lock()
+
+    async def serve(self, first: dict[str, Any], on_started: Callable[[], None]) -> Event:
+        self.worker.stdin.write(self.codec.encode(first))
         try:
             while True:
+                await self.room.wait()  # MAX_CALLS calls in flight: read no more until one ends
                 try:
-                    head = await worker.stdout.readexactly(HEADER.size)
-                    msg = decode_from_worker(await worker.stdout.readexactly(HEADER.unpack(head)[0]), table)
+                    (size,) = HEADER.unpack(await self.worker.stdout.readexactly(HEADER.size))
+                    check_frame_size(size)
+                    msg = self.codec.decode(await self.worker.stdout.readexactly(size))
+                    final = self.dispatch(msg, on_started)
                 except asyncio.IncompleteReadError:
-                    return Event("error", _death(await worker.wait()))
-                if msg[0] == "done":
-                    return Event(msg[2], msg[3])
-                if msg[0] == "started":
-                    on_started()
-                    continue
-                task = loop.create_task(self._answer(worker, table, msg))
-                calls.add(task)
-                task.add_done_callback(calls.discard)
+                    return Event("error", _death(await self.worker.wait()))
+                except ProtocolError as exc:
+                    return Event("error", f"killed: the inferlet's worker broke the host protocol: {exc}")
+                if final is not None:
+                    return final
         finally:  # open host calls end first: a spawned child's worker is killed and its pages are back
-            for task in calls:
+            for task in self.calls:
                 task.cancel()
-            if calls:
-                await asyncio.wait(list(calls))
+            if self.calls:
+                await asyncio.wait(list(self.calls))
 
-    async def _answer(self, worker: WorkerProcess, table: HandleTable, msg: tuple[Any, ...]) -> None:
-        op, rid = msg[0], msg[1]
+    def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
+        """Check one message and act on it: ``["call", id, module, name, args, kwargs]``,
+        ``["method", id, handle, name, args, kwargs]``, ``["get", id, handle, name]``, ``["copy", id,
+        handle]``, ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
+        "return"|"error", value]``, which ends the session with that event.
+
+        Raises:
+            ProtocolError: Anything else, or an undeclared call.
+        """
+        op = msg[0] if isinstance(msg, list) and msg else None
+        fields = {"call": 6, "method": 6, "get": 4, "copy": 3, "print": 3, "started": 2, "done": 3}.get(op) \
+            if isinstance(op, str) else None
+        if fields is None or len(msg) != fields:
+            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, method, get, copy, print, "
+                                "started or done, each with its fields")
+        if op == "print":
+            if msg[1] not in ("stdout", "stderr") or not isinstance(msg[2], str):
+                raise ProtocolError("print takes 'stdout' or 'stderr' and a str")
+            self.emit(Event(msg[1], msg[2]))
+            return None
+        if op == "started":
+            on_started()
+            return None
+        if op == "done":
+            if msg[1] == "return":
+                return Event("return", _jsonable(msg[2]))
+            if msg[1] == "error" and isinstance(msg[2], str):
+                return Event("error", msg[2] if len(msg[2]) <= _MAX_ERROR else msg[2][:_MAX_ERROR] + " [...]")
+            raise ProtocolError("done takes 'return' and a value, or 'error' and a str")
+        rid = msg[1]
+        if type(rid) is not int or not 0 < rid < 2**63:
+            raise ProtocolError(f"call ids are positive 64-bit ints, got {str(rid)[:40]}")
+        self._start(rid, self._call(op, msg[2:]))
+        return None
+
+    def _call(self, op: str, fields: list[Any]) -> Callable[[], Awaitable[Any]]:
+        """The checked call as a coroutine function; ProtocolError for anything undeclared."""
+        if op == "call":
+            module, name, args, kwargs = fields
+            fn = _declared(lambda: host_api.host_function(module, name))
+            args, kwargs = _arguments(args, kwargs)
+            what = f"pie_core.host.{module}.{name}"
+            if (module, name) == ("runtime", "spawn"):
+                def spawn() -> Any:
+                    host_api.check_arguments(fn, what, args, kwargs)
+                    return host_runtime.spawn_child(*args, **kwargs, runner=self.runner)
+                return lambda: _settle(spawn)
+            if is_off_loop(fn):  # parsing a grammar may take seconds: never on the event loop
+                def parse() -> Any:
+                    host_api.check_arguments(fn, what, args, kwargs)
+                    return run_off_loop(fn, *args, **kwargs)
+                return lambda: _settle(parse)
+            return lambda: _settle(lambda: _invoke(fn, what, args, kwargs))
+        obj, name = fields[0], fields[1] if len(fields) > 1 else None
+        kind = host_api.handle_kind(obj)
+        if kind is None:
+            raise ProtocolError(f"{op} needs a handle the engine gave the worker, got a {type(obj).__name__}")
+        if op != "copy" and not isinstance(name, str):
+            raise ProtocolError(f"{op} needs a member name (str), got a {type(name).__name__}")
+        ready = name in kind.ready_first
+        if op == "copy":
+            if not kind.copyable:
+                raise ProtocolError(f"{kind.name} handles cannot be copied")
+            return lambda: _settle(lambda: copy.copy(obj))
+        if op == "get":
+            if name not in kind.properties:
+                raise ProtocolError(f"{kind.name} has no attribute {str(name)[:64]!r} for inferlets; it offers "
+                                    f"{', '.join(sorted(kind.properties)) or 'none'}")
+            return lambda: _settle(lambda: getattr(obj, name), obj if ready else None)
+        if name not in kind.methods and name not in kind.async_methods:
+            raise ProtocolError(f"{kind.name} has no method {str(name)[:64]!r} for inferlets; it offers "
+                                f"{', '.join(sorted(kind.methods | kind.async_methods)) or 'none'}")
+        args, kwargs = _arguments(fields[2], fields[3])
+        fn = inspect.getattr_static(type(obj), name)
+        what = f"{kind.name}.{name}"
+        return lambda: _settle(lambda: _invoke(fn, what, (obj, *args), kwargs), obj if ready else None)
+
+    def _start(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
+        self.in_flight += 1
+        if self.in_flight >= MAX_CALLS:
+            self.room.clear()
+        task = asyncio.get_running_loop().create_task(self._answer(rid, run))
+        self.calls.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.calls.discard(task)
+        self.in_flight -= 1
+        self.room.set()
+
+    async def _answer(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
         try:
-            if op == "call" and msg[2:4] == ("runtime", "spawn"):
-                value = await host_runtime.spawn_child(*msg[4], **msg[5], runner=self._run)
-            else:
-                value = await _execute(op, msg[2:])
-            data = encode_for_worker(("reply", rid, True, value), table)
-        except Exception as exc:  # the host call failed: the worker re-raises it
-            data = encode_for_worker(("reply", rid, False, _portable(exc)), table)
-        if worker.running and not worker.stdin.is_closing():
-            worker.stdin.write(data)
+            data = self.codec.encode(["reply", rid, True, await run()])
+        except Exception as exc:  # the host call failed (or its result cannot cross): the worker re-raises it
             try:
-                await worker.stdin.drain()
-            except (ConnectionError, BrokenPipeError):
-                pass
+                data = self.codec.encode(["reply", rid, False, exc])
+            except (TypeError, ValueError):
+                data = self.codec.encode(["reply", rid, False, PieError(f"{type(exc).__name__} (message too large)")])
+        async with self.writing:  # one frame at a time, each drained: a worker that stops reading holds one
+            if self.worker.running and not self.worker.stdin.is_closing():
+                self.worker.stdin.write(data)
+                try:
+                    await self.worker.stdin.drain()
+                except (ConnectionError, BrokenPipeError):
+                    pass
 
 
-async def _execute(op: str, args: tuple[Any, ...]) -> Any:
-    if op == "call":
-        module, name, pargs, kwargs = args
-        if module not in _MODULES:
-            raise PermissionError(f"no host module {module!r}")
-        mod = importlib.import_module(f"pie_core.host.{module}")
-        if name.startswith("_") or name not in getattr(mod, "__all__", ()):
-            raise PermissionError(f"pie_core.host.{module} has no public function {name!r}")
-        result = getattr(mod, name)(*pargs, **kwargs)
-        return await result if inspect.isawaitable(result) else result
-    obj, name = args[0], args[1]
-    if op == "copy":
-        return copy.deepcopy(obj) if name else copy.copy(obj)
-    if not isinstance(name, str) or name.startswith("_"):
-        raise PermissionError(f"attribute {name!r} is private")
-    if op == "getattr":  # methods and properties of the handle's class; data only as values
-        static = inspect.getattr_static(type(obj), name, None)
-        if inspect.isfunction(static):
-            return ("amethod", None) if inspect.iscoroutinefunction(static) else ("method", None)
-        value = getattr(obj, name)
-        if not is_value(value):
-            raise PermissionError(f"{type(obj).__name__}.{name} is not available to inferlets")
-        return ("value", value)
-    if op == "mcall":
-        if not inspect.isfunction(inspect.getattr_static(type(obj), name, None)):
-            raise PermissionError(f"{type(obj).__name__}.{name} is not a method")
-        result = getattr(obj, name)(*args[2], **args[3])
-        return await result if inspect.isawaitable(result) else result
-    raise PermissionError(f"unknown worker request {op!r}")
+def _declared(find: Callable[[], Any]) -> Any:
+    try:
+        return find()
+    except PermissionError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
-def _portable(exc: Exception) -> Exception:
-    """``exc`` if it pickles as a value, else a PieError carrying its text."""
-    from pie_core.errors import PieError
+def _arguments(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise ProtocolError("a call's arguments are a list and a dict with str keys")
+    return tuple(args), kwargs
 
-    return exc if type(exc).__module__ in ("builtins",) or type(exc).__module__.startswith("pie_core.") else PieError(f"{type(exc).__name__}: {exc}")
+
+def _invoke(fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    host_api.check_arguments(fn, what, args, kwargs)
+    return fn(*args, **kwargs)
+
+
+async def _settle(call: Callable[[], Any], ready: Any = None) -> Any:
+    if ready is not None:  # a grammar still compiling is awaited here, never compiled on the event loop
+        await ready.ready()
+    result = call()
+    return await result if inspect.isawaitable(result) else result
 
 
 def _death(code: int | None) -> str:
@@ -190,4 +330,3 @@ def _death(code: int | None) -> str:
         why = {signal.SIGXCPU: " (CPU-time limit)", signal.SIGKILL: " (CPU-time limit or out of memory)"}.get(sig, "")
         return f"worker killed by {sig.name}{why}"
     return f"worker exited with code {code} before the inferlet finished"
-

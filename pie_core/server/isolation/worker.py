@@ -1,77 +1,105 @@
 """Worker process entry: runs one inferlet with ``pie_core.host`` calls forwarded to the engine.
 
 Forked from the zygote (:mod:`pie_core.server.isolation.zygote`), or started on its own as
-``python -P -c "from pie_core.server.isolation.worker import main; main()"``; stdin carries engine
-messages and the original stdout carries worker messages (``print`` goes to stderr instead). The SDK is
-unchanged: every public function of the host modules is replaced by a proxy that sends the call
-to the engine, which runs it for this worker's instance and sends back the result.
+``python -P -c "from pie_core.server.isolation.worker import main; main()"``; fd 0 carries
+engine frames and the original fd 1 worker frames (:mod:`.wire`). Once the worker has started,
+fds 1 and 2 point at ``/dev/null``: nothing the inferlet writes to them (``os.write``, C
+extensions) reaches the server's log. ``print()``/``sys.stdout`` become the client's Stdout
+events, one per line (a partial line goes out on ``flush()`` and when ``main`` ends), and
+``sys.stderr`` its Stderr events, one per write.
+
+The SDK is unchanged: every host function of :mod:`.host_api` is replaced by a proxy that sends
+the call to the engine, which runs it for this worker's instance and sends back the result.
+Engine objects come back as handles that allow exactly their declared members.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib
 import inspect
 import io
 import itertools
 import os
-import pickle
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from pie_core.server.isolation import sandbox
-from pie_core.server.isolation.wire import HEADER, Ref, frame
+from pie_core.server.isolation import host_api, sandbox
+from pie_core.server.isolation.host_api import HOST_MODULES
+from pie_core.server.isolation.wire import HEADER, Codec, ProtocolError, check_frame_size
 
 __all__ = ["main", "preload", "HOST_MODULES"]
 
-HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "tools")
+_CHUNK = 64 * 1024  # a Stdout/Stderr event carries at most this many characters
 
 
 class _Remote:
-    """A worker-side stand-in for an engine-side object; attribute use goes to the engine."""
+    """A worker-side stand-in for an engine object: its declared members go to the engine."""
 
-    __slots__ = ("_rid", "_link")
+    __slots__ = ("_rid", "_kind", "_link")
 
-    def __init__(self, rid: int, link: _Link) -> None:
+    def __init__(self, rid: int, kind: host_api.HandleKind, link: _Link) -> None:
         object.__setattr__(self, "_rid", rid)
+        object.__setattr__(self, "_kind", kind)
         object.__setattr__(self, "_link", link)
 
-    def __reduce__(self) -> Any:
-        return (Ref, (self._rid,))
-
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        kind, value = self._link.call("getattr", self, name)
-        if kind == "value":
-            return value
-        if kind == "amethod":
+        kind: host_api.HandleKind = self._kind
+        if name in kind.async_methods:
             async def amethod(*args: Any, **kwargs: Any) -> Any:
-                return await self._link.acall("mcall", self, name, args, kwargs)
+                return await self._link.acall("method", self, name, args, kwargs)
             return amethod
-        return lambda *args, **kwargs: self._link.call("mcall", self, name, args, kwargs)
+        if name in kind.methods:
+            return lambda *args, **kwargs: self._link.call("method", self, name, args, kwargs)
+        if name in kind.properties:
+            return self._link.call("get", self, name)
+        raise AttributeError(f"a {kind.name} handle has no attribute {name!r} for inferlets")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self._kind.name} handles are read-only")
+
+    def __repr__(self) -> str:
+        return f"<{self._kind.name} handle {self._rid}>"
 
     def __copy__(self) -> Any:
-        return self._link.call("copy", self, False)
+        return self._link.call("copy", self) if self._kind.copyable else self
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self._link.call("copy", self, True)
+        return self.__copy__()
 
 
 class _Link:
-    """The worker's end of the pipe: blocking calls, awaitable calls, one reader thread."""
+    """The worker's end of the pipe: blocking calls, awaitable calls, one-way notes, one reader
+    thread. Frames are written whole under a lock; a write made while this thread is already
+    writing (a finaliser that prints, run by the garbage collector mid-write) goes out after."""
 
     def __init__(self, rfd: int, wfd: int, loop: asyncio.AbstractEventLoop) -> None:
-        self._r, self._w = os.fdopen(rfd, "rb", buffering=0), os.fdopen(wfd, "wb", buffering=0)
+        self._r, self._w = os.fdopen(rfd, "rb", buffering=0), wfd
         self._loop, self._lock, self._ids = loop, threading.Lock(), itertools.count(1)
+        self._writing = threading.local()
+        self._later: collections.deque[bytes] = collections.deque()
         self._waiting: dict[int, Callable[[bool, Any], None]] = {}
         self._remotes: dict[int, _Remote] = {}
+        self.codec = Codec(self._to_ref, self._from_ref)
+
+    def _to_ref(self, obj: Any) -> tuple[int, str] | None:
+        return (obj._rid, obj._kind.name) if type(obj) is _Remote else None
+
+    def _from_ref(self, rid: int, name: str) -> _Remote:
+        kind = host_api.handle_kind(name=name)
+        if kind is None:
+            raise ProtocolError(f"the engine sent a handle of unknown kind {name!r}")
+        if rid not in self._remotes:
+            self._remotes[rid] = _Remote(rid, kind, self)
+        return self._remotes[rid]
 
     def read(self) -> Any:
-        head = self._read_exact(HEADER.size)
-        return self._unpickle(self._read_exact(HEADER.unpack(head)[0]))
+        (size,) = HEADER.unpack(self._read_exact(HEADER.size))
+        check_frame_size(size)
+        return self.codec.decode(self._read_exact(size))
 
     def _read_exact(self, n: int) -> bytes:
         buf = bytearray()
@@ -82,24 +110,42 @@ class _Link:
             buf += chunk
         return bytes(buf)
 
-    def _unpickle(self, data: bytes) -> Any:
-        link = self
-
-        class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: Any) -> Any:
-                return link._remotes.setdefault(pid, _Remote(pid, link))
-
-        return _Unpickler(io.BytesIO(data)).load()
-
     def send(self, msg: Any) -> None:
-        data = frame(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+        """Write ``msg`` as one frame (TypeError/ValueError if it cannot cross)."""
+        data = self.codec.encode(msg)
+        if getattr(self._writing, "busy", False):
+            self._later.append(data)
+            return
         with self._lock:
-            self._w.write(data)
+            self._writing.busy = True
+            try:
+                self._write(data)
+                while self._later:
+                    self._write(self._later.popleft())
+            finally:
+                self._writing.busy = False
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._w, view):]
 
     def serve_replies(self) -> None:
-        while True:
-            _, rid, ok, value = self.read()
-            self._waiting.pop(rid)(ok, value)
+        """The reader thread: settle each reply. If it fails, the worker ends with an error."""
+        try:
+            while True:
+                msg = self.read()
+                if not (isinstance(msg, list) and len(msg) == 4 and msg[0] == "reply" and msg[1] in self._waiting):
+                    raise ProtocolError(f"unexpected message from the engine: {str(msg)[:200]}")
+                self._waiting.pop(msg[1])(bool(msg[2]), msg[3])
+        except BaseException as exc:  # never die silently: the inferlet would wait forever
+            self.fail(f"the worker's pipe reader failed: {type(exc).__name__}: {exc}")
+
+    def fail(self, why: str) -> None:
+        try:
+            self.send(["done", "error", why])
+        finally:
+            os._exit(1)
 
     def call(self, op: str, *args: Any) -> Any:
         done, box = threading.Event(), []
@@ -110,7 +156,11 @@ class _Link:
 
         rid = next(self._ids)
         self._waiting[rid] = settle
-        self.send((op, rid, *args))
+        try:
+            self.send([op, rid, *args])
+        except BaseException:
+            del self._waiting[rid]
+            raise
         done.wait()
         ok, value = box[0]
         if not ok:
@@ -133,18 +183,18 @@ class _Link:
 
         rid = next(self._ids)
         self._waiting[rid] = settle
-        self.send((op, rid, *args))
+        try:
+            self.send([op, rid, *args])
+        except BaseException:
+            del self._waiting[rid]
+            raise
         return await fut
 
 
 def _install_proxies(link: _Link) -> None:
-    for short in HOST_MODULES:
-        mod = importlib.import_module(f"pie_core.host.{short}")
-        for name in getattr(mod, "__all__", []):
-            fn = getattr(mod, name)
-            if not inspect.isfunction(fn):
-                continue
-            setattr(mod, name, _proxy(link, short, name, inspect.iscoroutinefunction(fn)))
+    for (short, name), fn in host_api.host_functions().items():
+        setattr(importlib.import_module(f"pie_core.host.{short}"), name,
+                _proxy(link, short, name, inspect.iscoroutinefunction(fn)))
 
 
 def _proxy(link: _Link, module: str, name: str, is_async: bool) -> Callable[..., Any]:
@@ -160,13 +210,44 @@ def _proxy(link: _Link, module: str, name: str, is_async: bool) -> Callable[...,
     return proxy
 
 
-class _StderrToHost(io.TextIOBase):
-    def write(self, text: str) -> int:
-        from pie_core.host import session
+class _ToClient(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of a worker: text goes to the client as events.
 
-        if text:
-            session.write_stderr(text)
+    Stdout is line-buffered (an event per complete line; ``flush`` sends a partial one);
+    stderr sends each write at once. Events carry at most 64 KiB of text each.
+    """
+
+    def __init__(self, link: _Link, stream: str) -> None:
+        self._link, self._stream, self._buf = link, stream, ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._stream == "stderr":
+            self._send(text)
+            return len(text)
+        self._buf += text
+        cut = self._buf.rfind("\n") + 1
+        if cut or len(self._buf) >= _CHUNK:
+            cut = cut or len(self._buf)
+            line, self._buf = self._buf[:cut], self._buf[cut:]
+            self._send(line)
         return len(text)
+
+    def flush(self) -> None:
+        line, self._buf = self._buf, ""
+        self._send(line)
+
+    def _send(self, text: str) -> None:
+        for i in range(0, len(text), _CHUNK):
+            self._link.send(["print", self._stream, text[i:i + _CHUNK]])
 
 
 def preload() -> None:
@@ -175,38 +256,50 @@ def preload() -> None:
     import inferlet  # noqa: F401
     import pie_core.runtime.instance  # noqa: F401
 
-    for short in HOST_MODULES:
-        importlib.import_module(f"pie_core.host.{short}")
+    host_api.host_functions()
     sandbox.loaded_roots()
 
 
 async def _run(link: _Link) -> None:
     from pie_core.runtime.instance import _describe, _jsonable, load_entry
+    from pie_core.runtime.manifest import Manifest
+    from pie_core.server.isolation.limits import WorkerLimits
 
-    manifest, payload, limits, scratch = link.read()
+    first = link.read()
+    manifest = Manifest(name=first["name"], version="", description="", entry=first["entry"], root=Path(first["root"]))
     _install_proxies(link)
     threading.Thread(target=link.serve_replies, name="pie-worker-reader", daemon=True).start()
+    sys.stdout, sys.stderr = _ToClient(link, "stdout"), _ToClient(link, "stderr")
     try:
-        confined = sandbox.enter(Path(manifest.root), scratch, limits)
+        confined = sandbox.enter(manifest.root, first["scratch"], WorkerLimits(**first["limits"]))
         entry = load_entry(manifest)
-        link.send(("started", confined))
-        sys.stderr = _StderrToHost()
-        final = ("return", _jsonable(await entry(payload)))
+        link.send(["started", confined])
+        final = ["return", _jsonable(await entry(first["input"]))]
     except MemoryError:
-        final = ("error", "MemoryError: the inferlet exceeded its memory limit")
+        final = ["error", "MemoryError: the inferlet exceeded its memory limit"]
     except Exception as exc:
-        final = ("error", _describe(exc))
-    link.send(("done", 0, *final))
+        final = ["error", _describe(exc)]
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a print that cannot go out must not hide main's result
+        pass
+    link.send(["done", *final])
 
 
 def main() -> None:
     preload()
     wfd = os.dup(1)
-    os.dup2(2, 1)  # the inferlet's print() goes to stderr, never into the protocol stream
-    sys.stdout = os.fdopen(1, "w", buffering=1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)  # raw writes to fds 1 and 2 go nowhere, never into the server's log or the protocol
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - until _run routes them to the client
     loop = asyncio.new_event_loop()
     link = _Link(0, wfd, loop)
-    loop.run_until_complete(_run(link))
+    try:
+        loop.run_until_complete(_run(link))
+    except BaseException as exc:  # noqa: BLE001 - the engine must hear why, not see a bare exit
+        link.fail(f"the worker failed: {type(exc).__name__}: {exc}")
     os._exit(0)
 
 

@@ -1,0 +1,144 @@
+"""The host API an isolated worker may use: every call and every value type, declared here.
+
+A worker reaches the engine only through what this module names: the ``__all__`` functions of
+:data:`HOST_MODULES`, the members of the handle classes in :data:`HANDLES` (engine objects a
+worker holds by id), and the value types in :data:`VALUE_TYPES` (which cross by value). The
+engine refuses anything else; a contract check (``wit/``) can diff this table against the SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pie_core.errors import BackendError, ContractError, InvalidInput, NotFound, OutOfPages, PieError, Unsupported
+from pie_core.grammar.source import GrammarSource
+from pie_core.hookspec import ProbeKind, SamplerKind
+from pie_core.host.context import HostContext
+from pie_core.host.grammar import MatcherHandle
+from pie_core.mcp.errors import McpError
+from pie_core.mcp.session import ServerSession
+from pie_core.models.chat_formats.base import ChatBuilder
+from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
+from pie_core.runtime.broker import Subscription
+from pie_core.runtime.engine import LoadedModel
+from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
+
+__all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
+           "check_arguments"]
+
+HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "tools")
+
+
+@dataclass(frozen=True, slots=True)
+class HandleKind:
+    """An engine class whose instances a worker holds by id, and what the worker may do with one.
+
+    Attributes:
+        name: The name the wire uses for the class.
+        cls: The engine class (instances of subclasses count too).
+        methods: Synchronous methods the worker may call.
+        async_methods: Coroutine methods the worker may await.
+        properties: Attributes the worker may read (their values must cross by value).
+        copyable: ``copy.copy`` of the handle makes a shallow engine-side copy; otherwise a copy
+            is the same handle.
+        ready_first: Members the engine serves only after ``await handle.ready()``, so a
+            grammar still compiling never blocks the engine's event loop.
+    """
+
+    name: str
+    cls: type
+    methods: frozenset[str] = frozenset()
+    async_methods: frozenset[str] = frozenset()
+    properties: frozenset[str] = frozenset()
+    copyable: bool = False
+    ready_first: frozenset[str] = frozenset()
+
+
+HANDLES: tuple[HandleKind, ...] = (
+    HandleKind("HostContext", HostContext, methods=frozenset({"check_live", "release"}),
+               properties=frozenset({"released"})),
+    HandleKind("MatcherHandle", MatcherHandle,
+               methods=frozenset({"accept", "try_accept", "allows", "packed", "runs", "reset", "rollback", "fork"}),
+               async_methods=frozenset({"ready"}),
+               properties=frozenset({"is_ready", "stop_ids", "is_terminated", "can_end", "model_name", "vocab_size",
+                                     "timeout", "source"}),
+               ready_first=frozenset({"accept", "try_accept", "allows", "packed", "runs", "rollback", "can_end"})),
+    HandleKind("ChatBuilder", ChatBuilder,
+               methods=frozenset({"system", "user", "assistant", "cue", "seal", "equip", "answer"}), copyable=True),
+    HandleKind("Subscription", Subscription, methods=frozenset({"release"}), async_methods=frozenset({"next"}),
+               properties=frozenset({"topic", "closed"})),
+    HandleKind("ServerSession", ServerSession, methods=frozenset({"release"}), properties=frozenset({"server", "closed"})),
+    HandleKind("LoadedModel", LoadedModel),  # model.resolve's result: opaque, only proves the model exists
+)
+
+_BY_NAME = {kind.name: kind for kind in HANDLES}
+
+VALUE_TYPES: tuple[type, ...] = (
+    SampleSpec, ProbeSpec, RequestOutput, SamplerKind, ProbeKind, GrammarSource, ToolCallSyntax,
+    PieError, InvalidInput, OutOfPages, Unsupported, NotFound, BackendError, ContractError, McpError,
+    # builtin errors a host call may raise; any other error crosses as its nearest base here
+    Exception, ValueError, TypeError, KeyError, IndexError, LookupError, RuntimeError, PermissionError, TimeoutError,
+    NotImplementedError, AttributeError, OverflowError, ZeroDivisionError, ArithmeticError, MemoryError, OSError,
+)
+
+
+def host_functions() -> dict[tuple[str, str], Callable[..., Any]]:
+    """Every callable host function, keyed by ``(module, name)``: the functions named in the
+    ``__all__`` of each of :data:`HOST_MODULES` (classes and constants there are not calls)."""
+    found = {}
+    for short in HOST_MODULES:
+        mod = importlib.import_module(f"pie_core.host.{short}")
+        for name in getattr(mod, "__all__", ()):
+            fn = getattr(mod, name)
+            if inspect.isfunction(fn):
+                found[short, name] = fn
+    return found
+
+
+_FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] | None = None
+
+
+def host_function(module: Any, name: Any) -> Callable[..., Any]:
+    """The engine's own ``pie_core.host.<module>.<name>``, if it is declared.
+
+    Raises:
+        PermissionError: It is not a declared host function.
+    """
+    global _FUNCTIONS
+    if _FUNCTIONS is None:
+        _FUNCTIONS = host_functions()
+    fn = _FUNCTIONS.get((module, name)) if isinstance(module, str) and isinstance(name, str) else None
+    if fn is None:
+        raise PermissionError(f"{module!r}.{name!r} is not a host function an inferlet may call; "
+                              f"the host API is the __all__ functions of pie_core.host.{{{','.join(HOST_MODULES)}}}")
+    return fn
+
+
+def handle_kind(obj: Any = None, *, name: str | None = None) -> HandleKind | None:
+    """The :class:`HandleKind` of engine object ``obj`` (or the one called ``name``), else None."""
+    if name is not None:
+        return _BY_NAME.get(name)
+    for kind in HANDLES:
+        if isinstance(obj, kind.cls):
+            return kind
+    return None
+
+
+def check_arguments(fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise TypeError, as a direct call would, when ``args``/``kwargs`` do not fit ``fn``."""
+    try:
+        _signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{what}(): {exc}") from None
+
+
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    if fn not in _SIGNATURES:
+        _SIGNATURES[fn] = inspect.signature(fn)
+    return _SIGNATURES[fn]

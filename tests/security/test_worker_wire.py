@@ -1,0 +1,246 @@
+"""Class 3: the worker pipe does not trust the worker.
+
+Frames are msgpack with an explicit schema (no pickle): hostile bytes are refused in time linear
+in their size, an undeclared call is refused, and either kills only the offending worker (its
+pages back) while alice keeps being served. Every value type that must cross round-trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgpack
+import numpy as np
+import pytest
+from hostile import TOKENS, victim_is_served, write_program
+
+from pie_core.client import connect
+from pie_core.errors import InvalidInput
+from pie_core.grammar.source import GrammarSource
+from pie_core.hookspec import ProbeKind, SamplerKind
+from pie_core.mcp.errors import McpError
+from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
+from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
+from pie_core.server.isolation import host_api
+from pie_core.server.isolation.wire import DTYPES, HEADER, MAX_DEPTH, MAX_FRAME, Codec, ProtocolError
+
+
+class _Handle:
+    pass
+
+
+def _codec() -> tuple[Codec, dict[int, object]]:
+    objs: dict[int, object] = {}
+
+    def to_ref(obj: object) -> tuple[int, str] | None:
+        if isinstance(obj, _Handle):
+            objs[id(obj)] = obj
+            return id(obj), "HostContext"
+        return None
+
+    def from_ref(rid: int, kind: str) -> object:
+        if rid not in objs:
+            raise ProtocolError(f"unknown handle {rid}")
+        return objs[rid]
+
+    return Codec(to_ref, from_ref), objs
+
+
+def _round_trip(value: object) -> object:
+    codec, _ = _codec()
+    frame = codec.encode(value)
+    assert HEADER.unpack(frame[:HEADER.size])[0] == len(frame) - HEADER.size
+    return codec.decode(frame[HEADER.size:])
+
+
+def test_numpy_arrays_of_every_allowed_dtype_round_trip_with_shape_and_bytes():
+    for dtype in DTYPES:
+        for shape in [(0,), (5,), (2, 3), ()]:
+            arr = (np.arange(int(np.prod(shape)) or 0) % 2).astype(dtype).reshape(shape)
+            back = _round_trip({"a": arr})["a"]
+            assert isinstance(back, np.ndarray) and back.dtype == dtype and back.shape == shape
+            assert np.array_equal(back, arr) and back.flags.writeable
+    big_endian = np.arange(4, dtype=">i4")
+    assert np.array_equal(_round_trip(big_endian), big_endian)
+    scalar = _round_trip(np.float32(1.5))
+    assert isinstance(scalar, np.float32) and scalar == 1.5
+    with pytest.raises(TypeError, match="dtype object cannot cross"):
+        _round_trip(np.array([object()], dtype=object))
+
+
+def test_pie_value_types_errors_tuples_and_handles_round_trip():
+    handle = _Handle()
+    mask = np.packbits(np.ones(16, bool))
+    values = [
+        SampleSpec(index=3, kind=SamplerKind.TOP_P if hasattr(SamplerKind, "TOP_P") else SamplerKind.ARGMAX,
+                   temperature=0.5, logit_mask=mask),
+        ProbeSpec(index=1, kind=ProbeKind.DISTRIBUTION, k=4, token_ids=(1, 2)),
+        RequestOutput(tokens=((1, 2), (3,)), probes=(((1, 2), (0.5, 0.25)), np.zeros(3, np.float32))),
+        GrammarSource("regex", "[a-z]+", True),
+        ToolCallSyntax("qwen", "<tool_call>", "</tool_call>", "arguments"),
+        (1, ("nested", (2.5, None)), [b"bytes", True]),
+        {"handle": handle, 7: "int key", "list": [handle]},
+    ]
+    back = _round_trip(values)
+    for want, got in zip(values[:5], back[:5]):
+        assert type(got) is type(want)
+    assert back[0].index == 3 and np.array_equal(back[0].logit_mask, mask)
+    assert back[1] == values[1] and back[3] == values[3] and back[4] == values[4]
+    assert back[2].tokens == ((1, 2), (3,)) and back[2].probes[0] == ((1, 2), (0.5, 0.25))
+    assert back[5] == values[5] and type(back[5][1]) is tuple and type(back[5][2]) is list
+    assert back[6]["handle"] is handle and back[6]["list"][0] is handle and back[6][7] == "int key"
+    for kind in (*SamplerKind, *ProbeKind):
+        assert _round_trip(kind) is kind
+    for error in [InvalidInput("bad token 9"), McpError("server x failed"), KeyError("k"), PermissionError("no")]:
+        got = _round_trip(error)
+        assert type(got) is type(error) and got.args == error.args
+    odd = _round_trip(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
+    assert type(odd) is ValueError and "UnicodeDecodeError" in str(odd)  # its nearest declared base
+
+
+def test_every_value_type_is_a_frozen_dataclass_enum_or_error_and_every_handle_member_exists():
+    import dataclasses
+    import enum
+
+    for cls in host_api.VALUE_TYPES:
+        assert issubclass(cls, (enum.Enum, BaseException)) or dataclasses.is_dataclass(cls) and \
+            cls.__dataclass_params__.frozen, cls
+    for kind in host_api.HANDLES:
+        for name in kind.methods | kind.async_methods | kind.properties:
+            assert hasattr(kind.cls, name) or name in getattr(kind.cls, "__annotations__", {}) or \
+                name in ("model_name", "vocab_size", "timeout", "source", "topic", "closed"), (kind.name, name)
+            assert not name.startswith("_")
+
+
+@pytest.mark.parametrize("payload, why", [
+    (b"\xdd\xff\xff\xff\xff" + b"\x00" * 16, "declares 4 billion items"),
+    (b"\xdf\xff\xff\xff\xff" + b"\x00" * 16, "declares 4 billion pairs"),
+    (b"\xdb\xff\xff\xff\xff" + b"a" * 16, "declares a 4 GiB string"),
+    (b"\xc9\xff\xff\xff\xff\x01" + b"\x00" * 16, "declares a 4 GiB ext"),
+    (b"\x91" * (MAX_DEPTH + 1) + b"\xc0", "nests past the depth limit"),
+    (b"\x91" * 5000 + b"\xc0", "nests past msgpack's stack"),
+    (msgpack.packb(msgpack.ExtType(42, b"x")), "unknown ext type"),
+    (msgpack.packb(msgpack.ExtType(1, b"\x03\x01" + (10).to_bytes(8, "little") + b"\x00" * 8)), "byte count mismatch"),
+    (msgpack.packb(msgpack.ExtType(1, b"\x63\x00")), "dtype code outside the allow-list"),
+    (msgpack.packb(msgpack.ExtType(4, b"Popen")), "a class outside the value table"),
+    (msgpack.packb([1, msgpack.ExtType(3, b"")]), "a tag in the middle of a list"),
+    (msgpack.packb([msgpack.ExtType(4, b"SampleSpec"), {"__class__": 1}]), "a field the dataclass lacks"),
+    (msgpack.packb(msgpack.ExtType(5, (99).to_bytes(8, "little") + b"HostContext")), "a handle never given"),
+    (b"\xc1", "a reserved byte"),
+])
+def test_hostile_payloads_are_refused_quickly(payload, why):
+    codec, _ = _codec()
+    start = time.perf_counter()
+    with pytest.raises(ProtocolError):
+        codec.decode(payload)
+    assert time.perf_counter() - start < 0.5, why
+
+
+def test_decoding_cost_is_linear_in_the_frame_bytes():
+    codec, _ = _codec()
+    wide = msgpack.packb([[i, "ab", [None]] for i in range(200_000)])  # ~2 MB, 400k containers
+    start = time.perf_counter()
+    assert len(codec.decode(wide)) == 200_000
+    assert time.perf_counter() - start < 3.0
+    many = b"\xdc\xff\xff" + b"\x90" * 0xFFFF  # 65535 empty lists in one
+    assert len(codec.decode(many)) == 0xFFFF
+
+
+def test_a_self_referencing_value_cannot_be_encoded():
+    codec, _ = _codec()
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="nests deeper"):
+        codec.encode(loop)
+    with pytest.raises(ValueError, match="at most"):
+        codec.encode(b"x" * (MAX_FRAME + 1))
+
+
+ATTACK = '''
+import asyncio, gc, os, struct
+import msgpack
+from inferlet import Context, Model, Sampler, runtime, session
+
+def link():
+    return next(o for o in gc.get_objects() if type(o).__name__ == "_Link")
+
+async def main(input: dict):
+    mode = input["mode"]
+    model = Model.load(runtime.models()[0])
+    with Context(model) as ctx:
+        ctx.user("hold pages while attacking")
+        await ctx.generate(Sampler.argmax(), max_tokens=2, stop=[]).collect_tokens()
+        session.send("holding")
+        l = link()
+        raw = {
+            "bomb": b"\\xdd\\xff\\xff\\xff\\xff" + b"\\x00" * 8,
+            "deep": b"\\x91" * 1000 + b"\\xc0",
+            "ext": msgpack.packb(msgpack.ExtType(42, b"pickle?")),
+        }
+        if mode in raw:
+            os.write(l._w, struct.pack("!I", len(raw[mode])) + raw[mode])
+        elif mode == "oversize":
+            os.write(l._w, struct.pack("!I", 2**31) + b"x" * 1024)
+        elif mode == "private":
+            l.send(["call", 999, "context", "_fork_kv", [ctx._ctx], {}])
+        elif mode == "outside":
+            l.send(["call", 999, "binding", "current", [], {}])
+        elif mode == "engine-attr":
+            l.send(["get", 999, ctx._ctx, "owner"])
+        elif mode == "dunder":
+            l.send(["method", 999, ctx._ctx, "__reduce_ex__", [2], {}])
+        elif mode == "started-twice":
+            l.send(["started", 0])
+        elif mode == "self-reference":
+            loop = []
+            loop.append(loop)
+            from pie_core.host import session as host_session
+            try:
+                host_session.send(loop)  # straight to the wire, past the SDK's own checks
+            except ValueError as exc:
+                return f"refused: {exc}"
+        await asyncio.sleep(60)
+    return "not killed"
+'''
+
+
+@pytest.mark.parametrize("mode, error", [
+    ("bomb", "malformed frame"),
+    ("deep", "containers nest at most"),
+    ("ext", "unknown ext type 42"),
+    ("oversize", "frames are at most 67108864 bytes"),
+    ("private", "'context'.'_fork_kv' is not a host function"),
+    ("outside", "'binding'.'current' is not a host function"),
+    ("engine-attr", "HostContext has no attribute 'owner'"),
+    ("dunder", "HostContext has no method '__reduce_ex__'"),
+    ("started-twice", "reported 'started' twice"),
+])
+def test_a_hostile_frame_kills_only_its_worker_and_alice_is_served(hostile, tmp_path, mode, error):
+    program = write_program(tmp_path / "evil", ATTACK, parameters='mode = { type = "string", description = "how" }')
+
+    async def scenario(s):
+        async with await connect(s.url, TOKENS["mallory"]) as mallory:
+            proc = await mallory.launch(await mallory.install(program), {"mode": mode})
+            events = proc.events()
+            assert (await events.__anext__()).value == "holding"
+            start = time.monotonic()
+            served_in = await victim_is_served(s)
+            last = await asyncio.wait_for(events.__anext__(), 10)
+            assert time.monotonic() - start < 10 and served_in < 5
+            assert last.kind == "error" and "broke the host protocol" in last.value and error in last.value, last
+            assert s.server.engine.pools_whole()
+
+    hostile(scenario)
+
+
+def test_a_self_referencing_argument_fails_in_the_inferlet_not_the_server(hostile, tmp_path):
+    program = write_program(tmp_path / "evil", ATTACK, parameters='mode = { type = "string", description = "how" }')
+
+    async def scenario(s):
+        async with await connect(s.url, TOKENS["mallory"]) as mallory:
+            value = await (await mallory.launch(await mallory.install(program), {"mode": "self-reference"})).wait()
+            assert value.startswith("refused:") and "nests deeper" in value
+        await victim_is_served(s)
+
+    hostile(scenario)

@@ -1,0 +1,91 @@
+"""Every bundled example runs to its Return under ``pie serve``'s default isolation: each in a
+worker forked from the zygote, every host call and every value (numpy masks, Pie's dataclasses,
+handles) crossing the worker pipe, on the dummy backend, in one server."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from conftest import TOKENS
+from mcp.server.mcpserver import MCPServer
+
+from pie_core.client import connect
+from pie_core.server import Authenticator, PieServer, ServerOptions
+from pie_core.server.auth import User, hash_token
+from pie_core.server.isolation import ProcessLauncher, WorkerLimits
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
+
+INPUTS: dict[str, dict[str, Any]] = {
+    "beam-search": {"beam_width": 2, "max_tokens": 4},
+    "best-of-n": {"n": 2, "max_tokens": 4},
+    "hello-world": {"name": "isolation"},
+    "interactive-chat": {"max_tokens": 4},
+    "json-extraction": {"max_tokens": 96},
+    "mcp-tools": {"server": "notes", "tool": "shout", "args": '{"text": "quiet"}'},
+    "output-validation": {"candidates": "Paris,Berlin"},
+    "parallel-generation": {"n": 2, "max_tokens": 4},
+    "regex-extract": {"max_tokens": 6},
+    "text-completion": {"prompt": "Hi.", "max_tokens": 4},
+    "tool-agent": {"max_rounds": 1, "max_tokens": 6},
+    "tree-of-thought": {"breadth": 2, "depth": 1, "thought_tokens": 3},
+    "watermarking": {"max_tokens": 4, "top_k": 8},
+    "windowed-attention": {"sink": 2, "window": 8, "max_tokens": 4},
+}
+
+
+def notes_server() -> MCPServer:
+    server = MCPServer("notes", log_level="WARNING")
+
+    @server.tool()
+    def shout(text: str) -> str:
+        """Upper-case ``text``."""
+        return text.upper()
+
+    return server
+
+
+async def _run(client: Any, programs: dict[str, str], name: str, room: asyncio.Semaphore) -> tuple[str, Any, list[Any]]:
+    async with room:  # a few at a time: grammar compiles share the two CI cores
+        proc = await client.launch(programs[name], INPUTS[name])
+        if name == "interactive-chat":  # a user turn, then the command that ends the chat
+            await proc.send("Hello there.")
+            await proc.send("/quit")
+        events = [(e.kind, e.value) async for e in proc.events()]
+    return name, events[-1], events[:-1]
+
+
+def test_every_example_covers_an_input_set():
+    assert sorted(INPUTS) == ALL
+
+
+def test_every_example_returns_under_the_default_isolation(dummy_engine):
+    launcher = ProcessLauncher(WorkerLimits(wall_s=45.0, cpu_s=45, memory_mb=1024))
+
+    async def main() -> list[tuple[str, Any, list[tuple[str, Any]]]]:
+        users = [User(n, hash_token(t)) for n, t in TOKENS.items()]
+        opts = ServerOptions(port=0, data_dir=Path(tempfile.mkdtemp(prefix="pie-ex-")), status_interval=0)
+        server = PieServer(dummy_engine, opts, auth=Authenticator(users), launcher=launcher, close_engine=False)
+        await server.start()
+        try:
+            async with await connect(server.url, TOKENS["alice"]) as alice:
+                await alice.register_mcp_server("notes", notes_server())
+                programs = {name: await alice.install(EXAMPLES / name) for name in ALL}
+                room = asyncio.Semaphore(4)
+                return await asyncio.wait_for(asyncio.gather(*(_run(alice, programs, n, room) for n in ALL)), 55)
+        finally:
+            await server.close()
+
+    results = asyncio.run(main())
+    failed = {name: final for name, final, _ in results if final[0] != "return"}
+    assert not failed, failed
+    assert dummy_engine.pools_whole(), "an example left KV pages allocated"
+    by_name = {name: (final[1], events) for name, final, events in results}
+    assert by_name["mcp-tools"][0]["tool"] == "shout" and "QUIET" in str(by_name["mcp-tools"][0]["result"])
+    assert by_name["interactive-chat"][0]["turns"] == 1
+    assert len(by_name["best-of-n"][0]["candidates"]) == 2
+    assert by_name["hello-world"][0] == "hello isolation"
