@@ -12,6 +12,11 @@ EBNF comes in two dialects, both compiled by ``xgrammar`` itself:
   ``%ignore`` work.
 
 A source in which some line starts a rule with ``::=`` is read as GBNF, anything else as Lark.
+
+Sources are bounded before xgrammar sees them, since parsing runs where the caller runs (for a
+worker's call, on the engine's event loop) and its cost grows fast with nesting: a source's text
+is at most :data:`MAX_SOURCE_BYTES` and a JSON schema or structural tag nests at most
+:data:`MAX_JSON_DEPTH` containers deep.
 """
 
 from __future__ import annotations
@@ -35,7 +40,16 @@ __all__ = [
     "ebnf",
     "structural_tag",
     "is_gbnf",
+    "MAX_SOURCE_BYTES",
+    "MAX_JSON_DEPTH",
 ]
+
+MAX_SOURCE_BYTES = 128 * 2**10
+"""Largest grammar text (schema, pattern or EBNF) in UTF-8 bytes."""
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of objects and arrays in a JSON schema or structural tag (a 200-deep schema
+takes xgrammar seconds to parse, 400 deep a quarter of a minute)."""
 
 GrammarKind = Literal["json_schema", "json", "regex", "gbnf", "lark", "structural_tag"]
 
@@ -87,18 +101,18 @@ def json_schema(schema: str | Mapping[str, Any] | bool, *, whitespace: bool = Fa
             reference or keyword combination xgrammar cannot turn into a grammar.
     """
     if isinstance(schema, (str, bytes)):
-        try:
-            value = json.loads(schema)
-        except ValueError as e:
-            raise InvalidInput(f"JSON schema is not valid JSON: {e}") from None
+        _check_size(schema, "JSON schema")
+        value = _loads(schema, "JSON schema")
     else:
         value = schema
     if not isinstance(value, (dict, bool)):
         raise InvalidInput(f"a JSON schema must be a JSON object (or true/false), got {type(value).__name__}")
+    _check_depth(value, "JSON schema")
     try:
         text = json.dumps(value, sort_keys=False, ensure_ascii=False)
     except (TypeError, ValueError) as e:
         raise InvalidInput(f"JSON schema cannot be encoded as JSON: {e}") from None
+    _check_size(text, "JSON schema")
     return _checked(GrammarSource("json_schema", text, whitespace))
 
 
@@ -117,6 +131,7 @@ def regex(pattern: str) -> GrammarSource:
     """
     if not isinstance(pattern, str):
         raise InvalidInput(f"a regex must be a string, got {type(pattern).__name__}")
+    _check_size(pattern, "regex")
     return _checked(GrammarSource("regex", pattern))
 
 
@@ -128,6 +143,7 @@ def ebnf(text: str) -> GrammarSource:
     """
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("an EBNF grammar must be a non-empty string")
+    _check_size(text, "EBNF grammar")
     return _checked(GrammarSource("gbnf" if is_gbnf(text) else "lark", text))
 
 
@@ -137,12 +153,50 @@ def structural_tag(tag_json: str) -> GrammarSource:
     Raises:
         InvalidInput: The tag is malformed.
     """
+    if not isinstance(tag_json, str):
+        raise InvalidInput(f"a structural tag must be JSON text, got {type(tag_json).__name__}")
+    _check_size(tag_json, "tool-call grammar")
+    _check_depth(_loads(tag_json, "tool-call grammar"), "tool-call grammar")
     return _checked(GrammarSource("structural_tag", tag_json))
 
 
 def is_gbnf(text: str) -> bool:
     """Whether ``text`` reads as GBNF (some line starts a rule with ``::=``) rather than Lark."""
     return _GBNF_RULE.search(text) is not None
+
+
+def _check_size(text: str | bytes, what: str) -> None:
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        raise InvalidInput(f"a {what} may be at most {MAX_SOURCE_BYTES} bytes, got {size}; "
+                           "split it, or share repeated parts through $defs/$ref or rules")
+
+
+def _loads(text: str | bytes, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidInput(f"a {what} may nest at most {MAX_JSON_DEPTH} objects and arrays deep") from None
+    except ValueError as e:
+        raise InvalidInput(f"{what} is not valid JSON: {e}") from None
+
+
+def _check_depth(value: Any, what: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH` or with more values than its text
+    could hold (walked without recursion and counted, so neither a dict nested a million deep
+    nor one that shares a child many times over costs more than the bound)."""
+    stack, budget = [(value, 1)], MAX_SOURCE_BYTES // 2  # every JSON value takes at least two bytes with its separator
+    while stack:
+        item, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise InvalidInput(f"a {what} may be at most {MAX_SOURCE_BYTES} bytes as JSON; it holds more values than fit")
+        if not isinstance(item, (dict, list, tuple)):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInput(f"a {what} may nest at most {MAX_JSON_DEPTH} objects and arrays deep; "
+                               "flatten it, or share repeated parts through $defs/$ref")
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
 
 
 def _checked(source: GrammarSource) -> GrammarSource:

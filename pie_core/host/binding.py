@@ -4,23 +4,53 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from pie_core.errors import PieError
 
 if TYPE_CHECKING:
     from pie_core.runtime.engine import Engine
     from pie_core.runtime.events import Event
+    from pie_core.runtime.manifest import Manifest
 
-__all__ = ["HostInstance", "current", "bind", "unbind"]
+__all__ = ["HostInstance", "SpawnBudget", "current", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop"]
+
+OFF_LOOP_THREADS = 2
+"""Threads running :func:`off_loop` host calls for workers, shared by every user."""
+
+_off_loop_pool: ThreadPoolExecutor | None = None
+_off_loop_lock = threading.Lock()
+
+
+@dataclass(eq=False)
+class SpawnBudget:
+    """How far one user's ``runtime.spawn`` may go; one object per user, shared by all of that
+    user's instances (the server fills the limits from its quotas; 0 = no limit).
+
+    Attributes:
+        processes: Spawned children running at once.
+        spawn_depth: How deep spawns may nest (a launched inferlet is depth 0).
+        running: Spawned children running now (kept exact by ``runtime.spawn``).
+    """
+
+    processes: int = 16
+    spawn_depth: int = 4
+    running: int = 0
 
 
 @dataclass(eq=False)
 class HostInstance:
-    """Per-instance state the host API needs: who runs, where events go, what it holds."""
+    """Per-instance state the host API needs: who runs, where events go, what it holds.
+
+    Under ``pie serve``, ``resolve_program`` maps a program name to its manifest exactly as a
+    launch by this user does (``runtime.spawn`` takes names only then); ``None`` (``pie run``)
+    keeps the folder and example lookup. Spawned children inherit it and ``spawns``.
+    """
 
     engine: Engine
     emit: Callable[[Event], None]
@@ -30,6 +60,9 @@ class HostInstance:
     inbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     files: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
     scratch_root: Path | None = None  # per-user scratch dirs live under it (server only)
+    resolve_program: Callable[[str], Manifest] | None = None
+    spawns: SpawnBudget = field(default_factory=SpawnBudget)
+    depth: int = 0  # how many runtime.spawn calls deep this instance runs
 
     def release_all(self) -> None:
         """Free every resource the instance still holds (its pages return to the pools)."""
@@ -59,3 +92,30 @@ def bind(instance: HostInstance) -> contextvars.Token[HostInstance | None]:
 
 def unbind(token: contextvars.Token[HostInstance | None]) -> None:
     _current.reset(token)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def off_loop(fn: F) -> F:
+    """Mark a synchronous host function that may compute for a long time (seconds) without
+    touching engine state: a dispatcher serving a worker runs it through :func:`run_off_loop`,
+    never on the event loop. An in-process call still runs it in the caller's thread."""
+    fn.__pie_off_loop__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_off_loop(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is marked :func:`off_loop`."""
+    return getattr(fn, "__pie_off_loop__", False) is True
+
+
+async def run_off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in one of :data:`OFF_LOOP_THREADS` threads (in the caller's
+    context, so :func:`current` works there), awaited without blocking the event loop."""
+    global _off_loop_pool
+    with _off_loop_lock:
+        if _off_loop_pool is None:
+            _off_loop_pool = ThreadPoolExecutor(max_workers=OFF_LOOP_THREADS, thread_name_prefix="pie-off-loop")
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_off_loop_pool, lambda: context.run(fn, *args, **kwargs))

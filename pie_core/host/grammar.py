@@ -19,7 +19,9 @@ from pie_core import brle
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.grammar import compiler as _compiler
 from pie_core.grammar.matcher import Matcher
-from pie_core.grammar.source import GrammarSource, any_json, ebnf, json_schema, regex, structural_tag
+from pie_core.grammar import source as _source
+from pie_core.grammar.source import GrammarSource, any_json
+from pie_core.host.binding import off_loop
 from pie_core.host.model import resolve
 
 __all__ = [
@@ -39,6 +41,13 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = _compiler.DEFAULT_TIMEOUT_S
+
+# Building a source parses it with xgrammar: seconds for a schema with a large maxItems, so a
+# worker's call runs in a thread (binding.off_loop); size and nesting are bounded in any case.
+json_schema = off_loop(_source.json_schema)
+regex = off_loop(_source.regex)
+ebnf = off_loop(_source.ebnf)
+structural_tag = off_loop(_source.structural_tag)
 
 
 def stop_ids(name: str) -> list[int]:

@@ -43,9 +43,15 @@ async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
     """Run another inferlet (``name`` or ``name@version``) as the same user and return its
     result. Its Stdout/Stderr/File events reach the caller's client.
 
+    Under ``pie serve``, ``name`` is resolved as a launch by the same user resolves it (the
+    user's uploads, then built-ins and examples; never a path); under ``pie run`` it may also
+    be a folder. Spawns nest at most ``spawn_depth`` deep and at most ``processes`` children
+    of one user run at once (server quotas; 4 and 16 under ``pie run``).
+
     Raises:
         NotFound: No such inferlet, or the version differs.
-        InvalidInput: ``args`` do not fit its manifest.
+        InvalidInput: ``args`` do not fit its manifest, ``name`` is a path under ``pie serve``,
+            or the spawn would pass the depth or running-children limit.
         PieError: The child failed; the message carries its error.
     """
     from pie_core.runtime.instance import run_inferlet
@@ -65,24 +71,46 @@ async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: 
     Raises:
         As :func:`spawn`.
     """
-    from pie_core.runtime.library import find_inferlet
-    from pie_core.runtime.manifest import load_manifest
-
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"spawn needs an inferlet name or folder, got {name!r}")
     if args is not None and not isinstance(args, dict):
         raise InvalidInput(f"spawn args must be a dict, got {type(args).__name__}")
     parent = current()
+    budget = parent.spawns
+    if budget.spawn_depth and parent.depth >= budget.spawn_depth:
+        raise InvalidInput(f"runtime.spawn may nest at most {budget.spawn_depth} deep (quota spawn_depth); "
+                           f"this inferlet already runs {parent.depth} deep, so do the work here or return it to the caller")
+    if budget.processes and budget.running >= budget.processes:
+        raise InvalidInput(f"user {parent.username} already runs {budget.running} spawned inferlets, the most allowed at once "
+                           "(quota processes); await one before spawning another")
+    manifest = _resolve(parent, name)
+    forward = lambda event: None if event.is_terminal else parent.emit(event)  # noqa: E731
+    child = HostInstance(engine=parent.engine, emit=forward, username=parent.username, scratch_root=parent.scratch_root,
+                         resolve_program=parent.resolve_program, spawns=budget, depth=parent.depth + 1)
+    budget.running += 1  # no await since the check above: the count cannot be raced
+    try:
+        final = await runner(manifest, dict(args or {}), child)
+    finally:  # returned, failed or cancelled: the child no longer runs
+        budget.running -= 1
+    if final.kind == "error":
+        raise PieError(f"spawned inferlet {name} failed: {final.value}")
+    return final.value
+
+
+def _resolve(parent: HostInstance, name: str) -> Manifest:
+    if parent.resolve_program is not None:
+        if re.search(r"[/\\~]|^\.", name):  # the same answer whether or not such a path exists
+            raise InvalidInput(f"runtime.spawn takes a program name ('name' or 'name@version') under pie serve, "
+                               f"not a path: {name!r}; install the program first and spawn it by name")
+        return parent.resolve_program(name)
+    from pie_core.runtime.library import find_inferlet
+    from pie_core.runtime.manifest import load_manifest
+
     base, _, version = name.partition("@")
     manifest = load_manifest(find_inferlet(base))
     if version and version != manifest.version:
         raise NotFound(f"{base} is installed at version {manifest.version}, not {version}")
-    forward = lambda event: None if event.is_terminal else parent.emit(event)  # noqa: E731
-    child = HostInstance(engine=parent.engine, emit=forward, username=parent.username, scratch_root=parent.scratch_root)
-    final = await runner(manifest, dict(args or {}), child)
-    if final.kind == "error":
-        raise PieError(f"spawned inferlet {name} failed: {final.value}")
-    return final.value
+    return manifest
 
 
 def scratch_dir() -> str:

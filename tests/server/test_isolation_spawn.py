@@ -12,13 +12,14 @@ from test_isolation import _events, _launcher, served  # noqa: F401  # ``served`
 from pie_core.client import connect
 
 INFERLETS = Path(__file__).parent / "inferlets"
-PARENT, CHILD = INFERLETS / "iso_parent", str(INFERLETS / "iso_child")
+PARENT, CHILD = INFERLETS / "iso_parent", INFERLETS / "iso_child"  # the server spawns by name: install both
 
 
 def test_spawned_child_runs_in_its_own_worker_as_the_same_user_with_the_same_limits(served):
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as alice:
-            kind, value = (await _events(alice, await alice.install(PARENT), {"child": CHILD, "mode": "pids"}))[-1]
+            child = await alice.install(CHILD)
+            kind, value = (await _events(alice, await alice.install(PARENT), {"child": child, "mode": "pids"}))[-1]
             assert kind == "return", value
             child = value["child"]
             assert len({os.getpid(), value["parent"], child["pid"]}) == 3
@@ -34,7 +35,8 @@ def test_a_crashing_child_gives_its_parent_an_error_and_the_server_keeps_serving
 
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as alice:
-            kind, value = (await _events(alice, await alice.install(PARENT), {"child": CHILD, "mode": "crash"}))[-1]
+            child = await alice.install(CHILD)
+            kind, value = (await _events(alice, await alice.install(PARENT), {"child": child, "mode": "crash"}))[-1]
             assert kind == "return", value
             assert value.startswith("PieError: spawned inferlet") and "worker exited with code 7" in value, value
             assert s.server.engine.pools_whole()
@@ -49,7 +51,8 @@ def test_terminating_the_parent_kills_the_child_worker_and_frees_its_pages(serve
 
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as alice:
-            proc = await alice.launch(await alice.install(PARENT), {"child": CHILD, "mode": "hold"})
+            child = await alice.install(CHILD)
+            proc = await alice.launch(await alice.install(PARENT), {"child": child, "mode": "hold"})
             events = proc.events()
             parent_pid = int((await events.__anext__()).value.split()[1])
             child_msg = (await events.__anext__()).value

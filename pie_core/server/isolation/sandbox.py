@@ -1,5 +1,6 @@
 """What a worker does to itself before it imports the inferlet: move into the user's scratch
-directory, confine its filesystem view (Landlock, where the kernel has it), set its rlimits."""
+directory, confine its filesystem view (Landlock, where the kernel has it), stop it from
+starting processes (seccomp, where the kernel has it), set its rlimits."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pie_core.server.isolation import landlock
+from pie_core.server.isolation import landlock, seccomp
 from pie_core.server.isolation.limits import WorkerLimits, apply_rlimits
 
 __all__ = ["enter", "readable_roots"]
@@ -30,6 +31,9 @@ def loaded_roots() -> frozenset[str]:
     return frozenset(roots)
 
 
+WORKER_NICE = 10  # workers share the CPU among themselves; the server's loop always comes first
+
+
 def readable_roots(program: Path) -> list[str]:
     """Where a confined worker may read: the system and Python install, :func:`loaded_roots`
     (so lazy imports keep working), its own ``/proc`` entry and the inferlet's program folder.
@@ -42,17 +46,22 @@ def readable_roots(program: Path) -> list[str]:
 
 def enter(program: Path, scratch: str, limits: WorkerLimits) -> int:
     """Confine the calling worker: cwd and ``TMPDIR`` become ``scratch`` (the only place it may
-    write), reads are limited to :func:`readable_roots`, then the CPU and memory limits apply.
+    write), reads are limited to :func:`readable_roots`, process creation, ``exec`` and
+    ``ptrace`` are refused (:mod:`.seccomp`; threads keep working), then the CPU and memory
+    limits apply and its CPU priority drops by :data:`WORKER_NICE`. With no process of its own, the worker's limits and its kill cover all the
+    inferlet can run.
 
     Returns:
         The Landlock ABI enforced, 0 where the kernel has none (then only cwd, ``TMPDIR`` and
         the rlimits apply and the worker can still open any path the server can).
 
     Raises:
-        OSError: Landlock is present but refused the rules.
+        OSError: Landlock or seccomp is present but refused the rules.
     """
     os.chdir(scratch)
     os.environ["TMPDIR"] = tempfile.tempdir = scratch
     abi = landlock.confine(read=readable_roots(program), write=[scratch, *_DEVICES])
+    seccomp.confine()  # False where the kernel has none; the zygote says so once at start-up
+    os.nice(WORKER_NICE)  # a spinning inferlet never outranks the engine's event loop and batcher
     apply_rlimits(limits)
     return abi

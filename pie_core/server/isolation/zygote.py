@@ -26,6 +26,8 @@ import sys
 import traceback
 from dataclasses import dataclass
 
+from pie_core.server.isolation import seccomp
+
 __all__ = ["main"]
 
 
@@ -47,6 +49,9 @@ def main() -> None:
     from pie_core.server.isolation.worker import preload
 
     preload()
+    if not seccomp.available():
+        print("pie zygote: this kernel has no seccomp filter; processes an inferlet starts are not contained "
+              "(they may outlive the worker's kill and get memory limits of their own)", file=sys.stderr, flush=True)
     gc.freeze()  # the preloaded objects stay out of every later collection: fewer copy-on-write pages
     ctl = socket.socket(fileno=0)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
