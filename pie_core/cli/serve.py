@@ -64,12 +64,16 @@ def _serve(args: argparse.Namespace) -> int:
     auth = Authenticator.from_config(enabled=not args.no_auth)
     if auth.enabled and auth.user_count == 0:
         raise InvalidInput("auth is on but no users exist: add one with 'pie auth add NAME' (or use --no-auth on a loopback host)")
+    from pie_core.server.quotas import Quotas
+
+    quotas = Quotas.from_config()  # a bad [server.quotas] table stops us before the model loads
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     engine = Engine("dummy" if args.dummy else args.backend, options=backend_options(args), policy=args.policy)
     with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
-    options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval)
+    options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
+                            quotas=quotas)
     from pie_core.server.isolation import ProcessLauncher, WorkerLimits
     from pie_core.server.launcher import InProcessLauncher
 

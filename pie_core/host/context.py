@@ -39,12 +39,16 @@ __all__ = [
 
 
 class HostContext:
-    """A context resource: a model, its KV pages, and a lock that keeps one pass in flight."""
+    """A context resource: a model, its KV pages, and a lock that keeps one pass in flight.
+
+    Its pages are charged to the owner's user (``model.pool.accounts``), and so are the pages
+    of snapshots saved from it, which stay charged after the inferlet ends.
+    """
 
     def __init__(self, model: LoadedModel, owner: HostInstance, kv: KvContext | None = None) -> None:
         self.model = model
         self.owner = owner
-        self.kv = kv if kv is not None else KvContext(model.pool)
+        self.kv = kv if kv is not None else KvContext(model.pool, model.pool.accounts.of(owner.username))
         self.lock = asyncio.Lock()
         self.thread = threading.get_ident()
         try:
@@ -107,7 +111,7 @@ def truncate(ctx: HostContext, n: int) -> None:
 
 
 def _fork_kv(ctx: HostContext) -> KvContext:
-    kv, src, dst = ctx.kv.fork()
+    kv, src, dst = ctx.kv.fork(ctx.model.pool.accounts.of(current().username))
     ctx.model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
     return kv
 
@@ -117,7 +121,7 @@ def fork(ctx: HostContext) -> HostContext:
     filled working page is copied on the device before the next batch.
 
     Raises:
-        OutOfPages: No free page for the working copy.
+        OutOfPages: No free page for the working copy, or the user's page quota is reached.
     """
     ctx.check_live()
     return HostContext(ctx.model, current(), _fork_kv(ctx))
@@ -126,12 +130,18 @@ def fork(ctx: HostContext) -> HostContext:
 def save(ctx: HostContext, name: str, sdk_state: Any = None) -> None:
     """Snapshot the context under ``name`` for the calling user (replacing an older one).
 
-    ``sdk_state`` is kept beside the pages and handed back by :func:`open_snapshot`.
+    ``sdk_state`` is kept beside the pages and handed back by :func:`open_snapshot`. The
+    snapshot's pages stay charged to the user after the inferlet ends.
+
+    Raises:
+        InvalidInput: ``name`` is empty, or the user keeps as many snapshots as its quota allows.
+        OutOfPages: The pool is short, or the user's page quota is reached.
     """
     ctx.check_live()
-    if not name:
-        raise InvalidInput("a snapshot name must be a non-empty string")
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"a snapshot name must be a non-empty string, got {name!r}")
     store = current().engine.snapshots
+    store.check_room(ctx.model.name, current().username, name)
     store.put(ctx.model.name, current().username, name, Snapshot(_fork_kv(ctx), sdk_state))
 
 
@@ -148,7 +158,7 @@ def open_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
     snap = current().engine.snapshots.get(loaded.name, current().username, name)
     if snap is None:
         return None
-    kv, src, dst = snap.kv.fork()
+    kv, src, dst = snap.kv.fork(loaded.pool.accounts.of(current().username))
     loaded.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
     return HostContext(loaded, current(), kv), snap.sdk_state
 

@@ -1,4 +1,8 @@
-"""Host interface ``messaging``: pub/sub and queues across the inferlets of one engine."""
+"""Host interface ``messaging``: pub/sub and queues between the inferlets of one user.
+
+Topic and queue names resolve inside the calling user's namespace: the same name used by two
+users names two different topics (or queues). Messages, queues and subscriptions are bounded by
+the user's quotas (``server.quotas.*`` under ``pie serve``; defaults under ``pie run``)."""
 
 from __future__ import annotations
 
@@ -17,16 +21,26 @@ def _check(topic: str, message: str | None = None) -> None:
 
 
 def broadcast(topic: str, message: str) -> None:
-    """Publish ``message`` to every subscriber of ``topic``."""
+    """Publish ``message`` to every subscriber of the caller's ``topic``.
+
+    Raises:
+        InvalidInput: The message is too large, or a subscriber's inbox is full.
+    """
     _check(topic, message)
-    current().engine.broker.broadcast(topic, message)
+    inst = current()
+    inst.engine.broker.broadcast(inst.username, topic, message)
 
 
 def subscribe(topic: str) -> Subscription:
-    """Open a subscription owned by the caller (closed when the inferlet ends)."""
+    """Open a subscription owned by the caller (closed when the inferlet ends).
+
+    Raises:
+        InvalidInput: The user has as many subscriptions and queues in use as its quota allows.
+    """
     _check(topic)
-    sub = current().engine.broker.subscribe(topic)
-    current().resources.add(sub)
+    inst = current()
+    sub = inst.engine.broker.subscribe(inst.username, topic)
+    inst.resources.add(sub)
     return sub
 
 
@@ -42,12 +56,19 @@ async def next_message(sub: Subscription) -> str | None:
 
 
 def push(topic: str, message: str) -> None:
-    """Append ``message`` to the queue ``topic``."""
+    """Append ``message`` to the caller's queue ``topic``.
+
+    Raises:
+        InvalidInput: The message is too large, the queue is full, or a new queue would pass
+            the user's quota of subscriptions and queues.
+    """
     _check(topic, message)
-    current().engine.broker.push(topic, message)
+    inst = current()
+    inst.engine.broker.push(inst.username, topic, message)
 
 
 async def pull(topic: str) -> str:
-    """Wait for and remove the next message of the queue ``topic``."""
+    """Wait for and remove the next message of the caller's queue ``topic``."""
     _check(topic)
-    return await current().engine.broker.pull(topic)
+    inst = current()
+    return await inst.engine.broker.pull(inst.username, topic)

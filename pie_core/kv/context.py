@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
+from pie_core.kv.accounts import PageAccount
 from pie_core.kv.pool import PagePool
 from pie_core.kv.prefix_cache import ROOT, chain_hash
 
@@ -33,10 +34,14 @@ class KvContext:
     positions; a page equal to one cached already is swapped for it, and :meth:`adopt_prefix`
     takes cached pages instead of computing them. Tokens written under a custom attention mask
     make the rest of the context unshareable (their KV no longer follows from the prefix).
+
+    With an ``account``, every page in the page list is charged to it (shared pages too) and an
+    allocation past the account's quota raises OutOfPages; without one nothing is counted.
     """
 
-    def __init__(self, pool: PagePool) -> None:
+    def __init__(self, pool: PagePool, account: PageAccount | None = None) -> None:
         self.pool = pool
+        self.account = account
         self.page_size = pool.page_size
         self.pages: list[int] = []
         self.committed = 0
@@ -64,7 +69,12 @@ class KvContext:
         self._check_live()
         if n_pages < 0:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
-        self.pages.extend(self.pool.alloc(n_pages))
+        self._charge(n_pages)
+        try:
+            self.pages.extend(self.pool.alloc(n_pages))
+        except BaseException:
+            self._refund(n_pages)
+            raise
 
     def plan_write(self, n: int) -> WritePlan:
         """Reserve what ``n`` more tokens need and say where they go (slots length..length+n-1)."""
@@ -118,6 +128,10 @@ class KvContext:
             keys.append(prev)
         found = self.pool.cache.lookup_chain(keys)
         if not found:
+            return 0
+        try:
+            self._charge(len(found))
+        except PieError:  # over quota: compute instead, which asks for (and is refused) pages itself
             return 0
         self.pool.retain(found)
         self.pages[self.committed : self.committed] = found
@@ -175,25 +189,38 @@ class KvContext:
         if n:
             self.pool.release(self.pages[-n:])
             del self.pages[-n:]
+            self._refund(n)
 
-    def fork(self) -> tuple[KvContext, list[int], list[int]]:
+    def fork(self, account: PageAccount | None = None) -> tuple[KvContext, list[int], list[int]]:
         """A copy-on-write clone: committed pages are shared (refcount), working pages holding
         tokens get fresh pages.
+
+        Args:
+            account: Who the clone's pages are charged to (default: this context's account).
 
         Returns:
             The clone, and the (source, destination) working pages whose contents the caller
             must copy on the device.
 
         Raises:
-            OutOfPages: Not enough free pages for the working copy; nothing changes.
+            OutOfPages: Not enough free pages for the working copy, or the account's quota is
+                reached; nothing changes.
         """
         self._check_live()
+        account = account if account is not None else self.account
         used = self._pages_for(self.length)
         src = self.pages[self.committed : used]
-        dst = self.pool.alloc(len(src))
         shared = self.pages[: self.committed]
+        if account is not None:
+            account.charge(len(shared) + len(src))
+        try:
+            dst = self.pool.alloc(len(src))
+        except BaseException:
+            if account is not None:
+                account.refund(len(shared) + len(src))
+            raise
         self.pool.retain(shared)
-        child = KvContext(self.pool)
+        child = KvContext(self.pool, account)
         child.pages = shared + dst
         child.committed = self.committed
         child.length = self.length
@@ -207,8 +234,17 @@ class KvContext:
         """Return every page to the pool. Idempotent."""
         if not self.released:
             self.pool.release(self.pages)
+            self._refund(len(self.pages))
             self.pages = []
             self.released = True
+
+    def _charge(self, n: int) -> None:
+        if self.account is not None:
+            self.account.charge(n)
+
+    def _refund(self, n: int) -> None:
+        if self.account is not None:
+            self.account.refund(n)
 
     def _check_live(self) -> None:
         if self.released:

@@ -7,6 +7,7 @@ from typing import Iterable
 import numpy as np
 
 from pie_core.errors import OutOfPages
+from pie_core.kv.accounts import PageAccounts
 from pie_core.kv.prefix_cache import PrefixCache
 
 __all__ = ["PagePool"]
@@ -22,6 +23,8 @@ class PagePool:
     The pool's :class:`PrefixCache` holds one reference on each committed page it can hand
     to a later context with the same prefix; pages only the cache holds are evicted on demand,
     so they count as available and the pool is *whole* when nothing else holds a page.
+
+    ``accounts`` charges the pages contexts hold to their users (see :mod:`pie_core.kv.accounts`).
     """
 
     def __init__(self, num_pages: int, page_size: int) -> None:
@@ -32,6 +35,7 @@ class PagePool:
         self._refs = np.zeros(num_pages, dtype=np.int32)
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
         self.cache = PrefixCache(self)
+        self.accounts = PageAccounts()
 
     @property
     def free_count(self) -> int:

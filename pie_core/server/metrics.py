@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pie_core.server.app import PieServer
@@ -89,7 +89,40 @@ def prometheus_text(server: PieServer) -> str:
     metric("pie_processes", "gauge", "Inferlet processes by state.",
            [(f'{{state="{s}"}}', float(sum(1 for p in procs if p.state == s))) for s in states])
     metric("pie_connections", "gauge", "Open WebSocket connections.", [("", float(server.connection_count))])
+    _per_user(server, metric, models)
     return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
+    """Gauges labelled by ``user``: what each user holds against its quotas (docs/server.md)."""
+    procs = server.processes.all()
+    pages = [(f'{{user="{_label(u)}",model="{_label(m.name)}"}}', float(n))
+             for m in models for u, n in sorted(m.pool.accounts.held().items())]
+    metric("pie_user_kv_pages", "gauge", "KV pages held by a user's contexts and snapshots (quota server.quotas.pages).", pages)
+
+    def by_user(counts: dict[str, float]) -> list[tuple[str, float]]:
+        return [(f'{{user="{_label(u)}"}}', float(n)) for u, n in sorted(counts.items())]
+
+    for user in {p.user for p in procs}:
+        server.processes.scratch.refresh(user)  # measured in a thread; this scrape shows the last one
+    running: dict[str, float] = {}
+    buffered: dict[str, float] = {}
+    for p in procs:
+        running[p.user] = float(server.processes.running_of(p.user))
+        if p.pending_bytes:
+            buffered[p.user] = buffered.get(p.user, 0) + p.pending_bytes
+    metric("pie_user_snapshots", "gauge", "Context snapshots a user keeps (quota server.quotas.snapshots).",
+           by_user(server.engine.snapshots.counts()))
+    metric("pie_user_processes", "gauge", "Inferlets a user runs (quota server.quotas.processes).", by_user(running))
+    metric("pie_user_connections", "gauge", "Open connections of a user (quota server.quotas.connections).",
+           by_user(server.connections.of_user()))
+    metric("pie_user_event_bytes", "gauge", "Bytes of events buffered undelivered, over a user's processes.", by_user(buffered))
+    metric("pie_user_scratch_bytes", "gauge", "Disk bytes in a user's scratch directory at its last measurement.",
+           by_user(server.processes.scratch.sizes()))
 
 
 def status_line(server: PieServer) -> str:

@@ -2,8 +2,11 @@
 
 Every event a process emits gets a sequence number and waits in the process's buffer until it
 has been sent to an attached connection; only a successful send removes it. While nobody is
-attached the buffer grows (bounded by ``max_buffered``), and attaching again replays it in
-order, so no event is lost between detach and reattach.
+attached the buffer grows, and attaching again replays it in order, so no event is lost between
+detach and reattach. The buffer is bounded by ``max_buffered`` events and by the user's
+``event_bytes`` quota: a process past either is cancelled with an Error event saying which.
+Messages and files from the client wait in the process's inbox, bounded by ``inbox_bytes``:
+one that does not fit is refused at once with ``InvalidInput``.
 
 A process launched by a connection ends with that connection unless it was detached: a client
 that drops mid-generation gets its process cancelled and every page returned. A finished
@@ -22,13 +25,14 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from pie_core.errors import InvalidInput, NotFound
-from pie_core.host.binding import HostInstance
+from pie_core.host.binding import HostInstance, SpawnBudget
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.manifest import Manifest
 from pie_core.server.launcher import Launcher
 from pie_core.server.mcp_relay import ConnectionRelay
 from pie_core.server.protocol import event_frame
+from pie_core.server.quotas import Quotas, ScratchSizes
 
 __all__ = ["Sink", "Process", "ProcessTable"]
 
@@ -53,6 +57,8 @@ class Process:
     attached: Sink | None = None
     finished_at: float | None = None
     pending: deque[tuple[int, str, Any]] = field(default_factory=deque)
+    pending_bytes: int = 0
+    overflowed: bool = False  # cancelled for buffering too much: later events are dropped
     seq: int = 0
     _wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     _pump: asyncio.Task[None] | None = None
@@ -74,16 +80,26 @@ class Process:
             "state": self.state,
             "started": self.started,
             "buffered": len(self.pending),
+            "buffered_bytes": self.pending_bytes,
         }
 
 
 class ProcessTable:
-    """All processes of a server; every lookup is by ``(user, id)``, so users stay apart."""
+    """All processes of a server; every lookup is by ``(user, id)``, so users stay apart.
+
+    ``quotas`` bounds each user (its ``for_user`` overrides apply): processes running at once,
+    event and inbox bytes per process, scratch size at launch.
+    """
 
     def __init__(self, engine: Engine, launcher: Launcher, *, max_buffered: int = 10_000, retain_s: float = 3600.0,
-                 scratch_root: Path | None = None) -> None:
+                 scratch_root: Path | None = None, quotas: Quotas | None = None,
+                 resolve: Callable[[str, str], Manifest] | None = None) -> None:
         self.engine = engine
+        self.resolve = resolve  # (user, name) -> manifest, as a launch resolves it; runtime.spawn uses it
+        self._spawns: dict[str, SpawnBudget] = {}  # per user: its spawned children running now
         self.scratch_root = scratch_root
+        self.quotas = quotas or Quotas()
+        self.scratch = ScratchSizes(scratch_root)
         self.launcher = launcher
         self.max_buffered = max_buffered
         self.retain_s = retain_s
@@ -98,11 +114,32 @@ class ProcessTable:
     def launch(self, user: str, manifest: Manifest, args: dict[str, Any], sink: Sink,
                relay: ConnectionRelay | None = None) -> Process:
         """Start ``manifest``'s inferlet for ``user``, attached to (and owned by) ``sink``; it
-        reaches the MCP servers registered on ``relay`` (its launching connection's) until it ends."""
+        reaches the MCP servers registered on ``relay`` (its launching connection's) until it ends.
+
+        Raises:
+            InvalidInput: The user runs as many processes as its quota allows, or its scratch
+                directory is over its quota.
+        """
+        quotas = self.quotas.for_user(user)
+        running = self.running_of(user)
+        if quotas.processes and running >= quotas.processes:
+            raise InvalidInput(f"user {user} runs {running} of its {quotas.processes} processes (quota server.quotas.processes); "
+                               "wait for one to finish or terminate one")
+        used = self.scratch.size(user)
+        if quotas.scratch_bytes and used > quotas.scratch_bytes:
+            raise InvalidInput(f"user {user}'s scratch directory holds {used} bytes, over its {quotas.scratch_bytes}-byte quota "
+                               "(server.quotas.scratch_bytes); launches are refused until files there are removed "
+                               f"(the server operator can clear {self.scratch.folder(user)})")
         pid = uuid.uuid4().hex[:12]
         proc = Process(pid, user, f"{manifest.name}@{manifest.version}", instance=None)  # type: ignore[arg-type]
+        spawns = self._spawns.setdefault(user, SpawnBudget())
+        spawns.processes, spawns.spawn_depth = quotas.processes, quotas.spawn_depth
+        resolve = self.resolve
         proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid,
-                                     scratch_root=self.scratch_root)
+                                     scratch_root=self.scratch_root, spawns=spawns,
+                                     resolve_program=None if resolve is None else lambda ref: resolve(user, ref))
+        inbox = InboxBytes(quotas.inbox_bytes)
+        proc.instance.inbox, proc.instance.files = MeteredQueue(inbox), MeteredQueue(inbox)
         self._procs[pid] = proc
         proc.owner = sink
         self.attach(user, pid, sink)
@@ -111,6 +148,11 @@ class ProcessTable:
         proc.task = self.launcher.start(self.engine, manifest, args, proc.instance)
         proc.task.add_done_callback(lambda _t: self._finished(proc))
         return proc
+
+    def running_of(self, user: str) -> int:
+        """Inferlets of ``user`` running now: launched ones and their spawned children."""
+        spawned = self._spawns[user].running if user in self._spawns else 0
+        return spawned + sum(1 for p in self._procs.values() if p.user == user and not p.finished)
 
     def get(self, user: str, pid: Any) -> Process:
         """The process ``pid`` of ``user``.
@@ -146,13 +188,20 @@ class ProcessTable:
         proc.owner = None
 
     def deliver_message(self, user: str, pid: str, text: str) -> None:
-        """Queue ``text`` for the process's ``session.receive()`` (messages and signals)."""
-        proc = self._running(user, pid)
-        proc.instance.inbox.put_nowait(text)
+        """Queue ``text`` for the process's ``session.receive()`` (messages and signals).
+
+        Raises:
+            InvalidInput: The inbox is full (quota ``inbox_bytes``); nothing is queued.
+        """
+        _offer(self._running(user, pid).instance.inbox, text, "message")
 
     def deliver_file(self, user: str, pid: str, data: bytes) -> None:
-        """Queue ``data`` for the process's ``session.receive_file()``."""
-        self._running(user, pid).instance.files.put_nowait(data)
+        """Queue ``data`` for the process's ``session.receive_file()``.
+
+        Raises:
+            InvalidInput: The inbox is full (quota ``inbox_bytes``); nothing is queued.
+        """
+        _offer(self._running(user, pid).instance.files, data, "file")
 
     def terminate(self, user: str, pid: str, reason: str = "terminated by client") -> None:
         """Cancel the process; its client gets an Error event carrying ``reason``."""
@@ -211,15 +260,31 @@ class ProcessTable:
         return proc
 
     def _emit(self, proc: Process, event: Event) -> None:
+        size = event_bytes(event.value)
+        if not event.is_terminal:
+            if proc.overflowed:
+                return  # the process is being cancelled for buffering too much
+            limit = self.quotas.for_user(proc.user).event_bytes
+            if limit and proc.pending_bytes + size > limit:
+                self._overflow(proc, f"its {proc.pending_bytes + size} bytes of undelivered events passed the {limit}-byte "
+                                     "quota (server.quotas.event_bytes); attach and read events as they come, or send less")
+                return
         proc.seq += 1
         proc.pending.append((proc.seq, event.kind, event.value))
+        proc.pending_bytes += size
         proc._wakeup.set()
-        if len(proc.pending) > self.max_buffered and proc.task is not None and not proc.task.done():
-            proc.task.cancel(f"more than {self.max_buffered} events buffered while detached; attach to drain them")
+        if len(proc.pending) > self.max_buffered:
+            self._overflow(proc, f"more than {self.max_buffered} events buffered while detached; attach to drain them")
+
+    def _overflow(self, proc: Process, reason: str) -> None:
+        proc.overflowed = True
+        if proc.task is not None and not proc.task.done():
+            proc.task.cancel(reason)
 
     def _finished(self, proc: Process) -> None:
         proc.finished_at = time.time()
         self.engine.mcp.detach_relay(proc.id)
+        self.scratch.refresh(proc.user)  # what it wrote counts at the user's next launch
         proc._wakeup.set()
         if not proc.pending and proc.attached is not None:
             self._forget(proc)
@@ -241,6 +306,7 @@ class ProcessTable:
                     seq, kind, value = proc.pending[0]
                     await sink.send(event_frame(proc.id, seq, kind, value))
                     proc.pending.popleft()
+                    proc.pending_bytes -= event_bytes(value)
                 if proc.finished:
                     self._forget(proc)
                     return
@@ -251,3 +317,54 @@ class ProcessTable:
         except Exception:  # the connection broke: stay buffered until someone attaches
             if proc.attached is sink:
                 proc.attached = None
+
+
+_MESSAGE_OVERHEAD = 64  # bytes a queued item costs beyond its data, so empty messages are not free
+
+
+def event_bytes(value: Any) -> int:
+    """What an event's value counts against ``event_bytes``: its size plus a fixed overhead."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value) + _MESSAGE_OVERHEAD
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + _MESSAGE_OVERHEAD
+    return len(repr(value)) + _MESSAGE_OVERHEAD
+
+
+class InboxBytes:
+    """Bytes queued for one process by its client (messages and files together)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+
+class MeteredQueue(asyncio.Queue):  # type: ignore[type-arg]
+    """An inbox queue that counts the bytes it holds in a shared :class:`InboxBytes`."""
+
+    def __init__(self, meter: InboxBytes) -> None:
+        super().__init__()
+        self.meter = meter
+
+    def _put(self, item: Any) -> None:
+        self.meter.used += _item_bytes(item)
+        super()._put(item)  # type: ignore[misc]
+
+    def _get(self) -> Any:
+        item = super()._get()  # type: ignore[misc]
+        self.meter.used -= _item_bytes(item)
+        return item
+
+
+def _item_bytes(item: str | bytes) -> int:
+    size = len(item.encode("utf-8", "surrogatepass")) if isinstance(item, str) else len(item)
+    return size + _MESSAGE_OVERHEAD
+
+
+def _offer(queue: asyncio.Queue[Any], item: str | bytes, what: str) -> None:
+    meter = getattr(queue, "meter", None)
+    if isinstance(meter, InboxBytes) and meter.limit and meter.used + _item_bytes(item) > meter.limit:
+        raise InvalidInput(f"the process's inbox holds {meter.used} bytes not yet received and this {what} needs "
+                           f"{_item_bytes(item)} more, over the {meter.limit}-byte quota (server.quotas.inbox_bytes); "
+                           "wait until the inferlet has received what was sent")
+    queue.put_nowait(item)
