@@ -22,15 +22,19 @@ from pie_core.runtime.engine import Engine
 from pie_core.server import openai
 from pie_core.server.auth import AuthError, Authenticator
 from pie_core.server.connection import ClientSession
-from pie_core.server.http import HttpRequest, HttpResponder, connection_factory
+from pie_core.server.http import MAX_BODY, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
 from pie_core.server.launcher import InProcessLauncher, Launcher
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
+from pie_core.server.quotas import ConnectionCounts, Quotas
 from pie_core.server.store import DEFAULT_MAX_UPLOAD, ProgramStore
 
 __all__ = ["ServerOptions", "PieServer"]
 
 log = logging.getLogger("pie.server")
+
+CLOSE_S = 5.0  # close() returns within this, however clients behave
+AUTH_TIMEOUT_S = 30.0  # a WebSocket connection that has not authenticated by then is closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,9 @@ class ServerOptions:
         max_frame: Largest WebSocket message, in bytes (bigger ones close the connection).
         chunk_size: Upload chunk size the server suggests to clients.
         status_interval: Seconds between status log lines (0 = none).
+        quotas: What each user may hold at once (docs/server.md, "Quotas").
+        max_unauthenticated: WebSocket connections that may wait for their ``auth`` request at
+            once (0 = no cap).
     """
 
     host: str = "127.0.0.1"
@@ -55,6 +62,8 @@ class ServerOptions:
     chunk_size: int = 2**20
     status_interval: float = 10.0
     retain_s: float = 3600.0
+    quotas: Quotas = field(default_factory=Quotas)
+    max_unauthenticated: int = 64
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,11 +87,15 @@ class PieServer:
         data_dir = self.options.data_dir or config_home() / "server"
         self.store = ProgramStore(data_dir, max_upload=self.options.max_upload)
         self.processes = ProcessTable(engine, launcher or InProcessLauncher(), retain_s=self.options.retain_s,
-                                      scratch_root=data_dir / "scratch")
+                                      scratch_root=data_dir / "scratch", quotas=self.options.quotas,
+                                      resolve=self.store.resolve)
+        self.connections = ConnectionCounts(self.options.quotas, self.options.max_unauthenticated)
+        self._apply_quotas(self.options.quotas)
         self.rate = RateMeter()
         self.console = console or Console(stderr=True)
         self.connection_count = 0
         self._server: Server | None = None
+        self._connections: HttpConnections | None = None
         self._status_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
@@ -97,14 +110,17 @@ class PieServer:
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
+        self._connections = HttpConnections(self._http, self._http_admit)
         self._server = await serve(
             self._handle,
             self.options.host,
             self.options.port,
             process_request=self._check_handshake,
-            create_connection=connection_factory(self._http),  # type: ignore[arg-type]
+            create_connection=self._connections,  # type: ignore[arg-type]
             max_size=self.options.max_frame,
-            open_timeout=None,  # HTTP requests on this port may stream for long; heads time out in http.py
+            max_queue=4,  # frames read ahead of the session loop: bounds a pipelining client's memory
+            open_timeout=None,  # HTTP requests on this port may stream for long; requests time out in http.py
+            close_timeout=1.0,  # a client that never answers our close frame is dropped after this
             logger=log,
         )
         self._status_task = asyncio.get_running_loop().create_task(self._status_loop(), name="pie-status")
@@ -125,14 +141,36 @@ class PieServer:
         self._stopped.set()
 
     async def close(self) -> None:
-        """Stop accepting, end every inferlet with an Error event, close connections, stop the engine."""
+        """Stop accepting, end every inferlet with an Error event, close connections, stop the engine.
+
+        Clients get about a second to take their last events and closing handshakes; connections
+        that have not closed by then (slow readers, half-sent requests) are aborted, so this
+        returns within ``CLOSE_S`` seconds whatever the clients do.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_S - 1.0  # the last second is for aborting and the engine
         if self._status_task is not None:
             self._status_task.cancel()
         if self._server is not None:
             self._server.server.close()  # stop accepting; open connections still get their last events
-            await self.processes.shutdown("server shutting down")
+            try:
+                await asyncio.wait_for(self.processes.shutdown("server shutting down", flush_s=1.0),
+                                       max(0.1, deadline - loop.time() - 1.0))
+            except TimeoutError:
+                log.warning("inferlets did not stop in time; closing connections anyway")
             self._server.close()
-            await self._server.wait_closed()
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), max(0.1, deadline - loop.time()))
+            except TimeoutError:
+                assert self._connections is not None
+                aborted = self._connections.abort_all()
+                for task in list(self._server.handler_tasks):
+                    task.cancel()
+                log.warning("aborted %d connections that did not close in time", aborted)
+                try:
+                    await asyncio.wait_for(self._server.wait_closed(), 0.5)
+                except TimeoutError:
+                    log.warning("connection handlers did not end after abort; stopping anyway")
             self._server = None
         if self._close_engine:
             await self.engine.close()
@@ -161,14 +199,56 @@ class PieServer:
                 return Response(401, "Unauthorized", Headers([("Content-Type", "text/plain")]), f"{exc}\n".encode())
         return None
 
+    def _apply_quotas(self, quotas: Quotas) -> None:
+        """Bound each user's pages, snapshots and messaging in the engine by ``quotas``."""
+        for model in self.engine.models.values():
+            pool_pages = model.pool.num_pages
+            model.pool.accounts.limit_of = lambda user, n=pool_pages: quotas.for_user(user).pages_of(n)
+        self.engine.snapshots.limit_of = lambda user: quotas.for_user(user).snapshots or None
+        self.engine.broker.limits_of = lambda user: quotas.for_user(user).messaging()
+
     async def _handle(self, ws: ServerConnection) -> None:
-        self.connection_count += 1
         try:
-            await ClientSession(self, ws, getattr(ws, "pie_user", None)).run()
+            self.connections.enter(ws, getattr(ws, "pie_user", None))
+        except PieError as exc:  # over a connection cap: say why in the close frame
+            await ws.close(1008, str(exc)[:120])
+            return
+        self.connection_count += 1
+        session = ClientSession(self, ws, getattr(ws, "pie_user", None))
+        loop = asyncio.get_running_loop()
+        deadline = loop.call_later(AUTH_TIMEOUT_S, lambda: session.user is None and loop.create_task(
+            ws.close(1008, f"authenticate within {AUTH_TIMEOUT_S:g} s of connecting")))
+        try:
+            await session.run()
         finally:
+            deadline.cancel()
             self.connection_count -= 1
+            self.connections.leave(ws)
 
     # HTTP -------------------------------------------------------------------------------------
+
+    def _v1_routes(self) -> dict[tuple[str, str], Any]:
+        return {
+            ("GET", "/v1/models"): self._v1_models,
+            ("POST", "/v1/chat/completions"): openai.chat_completions,
+            ("POST", "/v1/completions"): openai.completions,
+        }
+
+    def _http_admit(self, request: HttpRequest) -> int:
+        """From the head alone: 404 for an unknown route, 401 for a bad token on ``/v1/*``, else
+        the most body bytes the route takes (nothing is buffered for a request refused here)."""
+        route = (request.method, request.path.rstrip("/") or "/")
+        if route in (("GET", "/health"), ("GET", "/metrics")):
+            return 0
+        if route not in self._v1_routes():
+            known = "GET /health, GET /metrics, GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+            raise HttpRefusal(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}",
+                                                    code="not_found"))
+        try:
+            self.auth.bearer(request.headers.get("authorization"))
+        except AuthError as exc:
+            raise HttpRefusal(401, openai.error_body(str(exc), "authentication_error", code="invalid_api_key")) from None
+        return MAX_BODY if request.method == "POST" else 0
 
     async def _http(self, request: HttpRequest, respond: HttpResponder) -> None:
         route = (request.method, request.path.rstrip("/") or "/")
@@ -180,24 +260,24 @@ class PieServer:
             if route == ("GET", "/metrics"):
                 respond.send(200, prometheus_text(self).encode(), "text/plain; version=0.0.4; charset=utf-8")
                 return
-            handlers = {
-                ("GET", "/v1/models"): self._v1_models,
-                ("POST", "/v1/chat/completions"): openai.chat_completions,
-                ("POST", "/v1/completions"): openai.completions,
-            }
-            handler = handlers.get(route)
-            if handler is None:
-                known = "GET /health, GET /metrics, GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
-                respond.send(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}", code="not_found"),
+            handler = self._v1_routes()[route]  # _http_admit refused every other route
+            user = self.auth.bearer(request.headers.get("authorization"))
+            key = object()  # an HTTP request in flight counts against its user's connection quota
+            try:
+                self.connections.enter(key, user)
+            except PieError as exc:
+                respond.send(429, openai.error_body(str(exc), "rate_limit_error", code="rate_limit_exceeded"),
                              "application/json")
                 return
-            user = self.auth.bearer(request.headers.get("authorization"))
-            await handler(self, user, request, respond)  # type: ignore[operator]
+            try:
+                await handler(self, user, request, respond)
+            finally:
+                self.connections.leave(key)
         except PieError as exc:
             if respond.started:
                 raise
-            status, kind = openai.status_of(exc)
-            respond.send(status, openai.error_body(str(exc), kind), "application/json")
+            status, body = openai.error_response(exc)
+            respond.send(status, body, "application/json")
 
     @staticmethod
     async def _v1_models(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:

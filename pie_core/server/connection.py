@@ -7,6 +7,7 @@ connection is attached to are pushed by :class:`~pie_core.server.processes.Proce
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -25,6 +26,7 @@ __all__ = ["ClientSession"]
 
 Handler = Callable[["ClientSession", dict[str, Any]], Awaitable[Any]]
 _HANDLERS: dict[str, Handler] = {}
+MAX_PAUSE_S = 0.05  # the longest a connection waits after one request for its fair share
 
 
 def _handles(kind: str) -> Callable[[Handler], Handler]:
@@ -47,11 +49,21 @@ class ClientSession:
         self.mcp = ConnectionRelay(ws.send)
 
     async def run(self) -> None:
-        """Answer frames until the client goes away, then release what it left behind."""
+        """Answer frames until the client goes away, then release what it left behind.
+
+        Frames are answered one at a time, and after each the connection waits as long as the
+        request kept the event loop busy (at least one turn, at most ``MAX_PAUSE_S``): a client
+        that pipelines thousands of requests gets at most about half of the loop, however cheap
+        or dear its requests, and everyone else the rest. What it has sent but we have not read
+        waits in its socket (the server reads ahead ``max_queue`` frames at most).
+        """
         try:
             async for message in self.ws:
+                cpu = time.thread_time()
                 reply = await self.answer(message)
                 await self.ws.send(reply)
+                # most handlers never suspend: without a pause, one pipelining client holds the loop
+                await asyncio.sleep(min(time.thread_time() - cpu, MAX_PAUSE_S))
         except ConnectionClosed:
             pass
         finally:
@@ -89,6 +101,7 @@ async def _auth(s: ClientSession, frame: dict[str, Any]) -> Any:
     user = s.server.auth.check(field(frame, "token", str))
     if s.user is not None and user != s.user:
         raise InvalidInput(f"this connection is already authenticated as {s.user!r}; open a new connection for {user!r}")
+    s.server.connections.authenticate(s.ws, user)  # raises while the user has all its connections open
     s.user = user
     return {"user": user}
 
@@ -127,7 +140,7 @@ async def _upload_chunk(s: ClientSession, frame: dict[str, Any]) -> Any:
 async def _upload_end(s: ClientSession, frame: dict[str, Any]) -> Any:
     uid = field(frame, "upload", str)
     s.uploads.discard(uid)
-    manifest = s.server.store.finish(s.uid, uid)
+    manifest = await s.server.store.finish(s.uid, uid)  # hashes and unpacks in a worker thread
     return {"name": manifest.name, "version": manifest.version}
 
 

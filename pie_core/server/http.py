@@ -5,11 +5,20 @@
 sniffs its first request head: a WebSocket upgrade goes on to ``websockets`` unchanged;
 anything else is parsed with ``h11`` and answered by an :class:`HttpApp` (one request per
 connection, ``Connection: close``), with streamed bodies for server-sent events.
+
+Every byte a client sends is hostile, so a connection is held to bounds before anyone has
+checked who sent it: the whole request (head and body) must arrive within
+``REQUEST_TIMEOUT_S``; the route's admission check (auth, body size) runs on the head, before
+any body byte is buffered; at most ``MAX_UNFINISHED`` connections may be mid-request at once
+(beyond that the oldest is dropped); a client that closes its socket cancels its request; and
+:meth:`HttpConnections.abort_all` ends every connection at once for shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -17,15 +26,37 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 from websockets.asyncio.server import ServerConnection
 
-__all__ = ["HttpRequest", "HttpResponder", "HttpApp", "HttpAwareConnection", "ClientGone"]
+__all__ = ["HttpRequest", "HttpResponder", "HttpApp", "HttpRefusal", "HttpConnections", "HttpAwareConnection",
+           "ClientGone", "error_json"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 4 * 2**20
-HEAD_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 30.0  # head and body together: a 4 MiB body must come at >= ~140 KB/s
+MAX_UNFINISHED = 256  # connections still sending their request head or body, server-wide
+WRITE_STALL_S = 30.0  # a client that reads nothing of its response for this long is dropped
+LINGER_S = 2.0  # after the response, how long a closing connection may take to flush it
+
+log = logging.getLogger("pie.server.http")
 
 
 class ClientGone(ConnectionError):
-    """The HTTP client closed its connection while the response was being streamed."""
+    """The HTTP client closed its connection (or stopped reading) while the response was being sent."""
+
+
+class HttpRefusal(Exception):
+    """Raised by an admission check to answer a request from its head alone."""
+
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        super().__init__(status, body)
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+def error_json(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> bytes:
+    """An error in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +70,11 @@ class HttpRequest:
 
 class HttpApp(Protocol):
     async def __call__(self, request: HttpRequest, respond: HttpResponder) -> None: ...
+
+
+Admit = Callable[[HttpRequest], int]
+"""Checks a request from its head (``body`` is empty) and returns the most body bytes its route
+takes; raises :class:`HttpRefusal` to answer at once without reading the body."""
 
 
 class HttpResponder:
@@ -63,14 +99,19 @@ class HttpResponder:
         """Send part of a streamed body, waiting while the socket's buffer is full.
 
         Raises:
-            ClientGone: The client disconnected.
+            ClientGone: The client disconnected, or read nothing for ``WRITE_STALL_S`` seconds.
         """
         if self._transport.is_closing():
             raise ClientGone("the HTTP client disconnected")
         self._out(h11.Data(data=data))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WRITE_STALL_S
         while self._transport.get_write_buffer_size() > 256 * 1024:
             if self._transport.is_closing():
                 raise ClientGone("the HTTP client disconnected")
+            if loop.time() > deadline:
+                self._transport.abort()
+                raise ClientGone(f"the HTTP client read nothing for {WRITE_STALL_S:.0f} s")
             await asyncio.sleep(0.005)
 
     def end(self) -> None:
@@ -87,33 +128,67 @@ class HttpResponder:
             self._transport.write(data)
 
 
-def connection_factory(app: HttpApp) -> Callable[..., ServerConnection]:
-    """A ``create_connection`` for ``websockets.asyncio.server.serve`` that routes non-WebSocket
-    requests to ``app``."""
+class HttpConnections:
+    """The connections of one server: a ``create_connection`` for ``websockets.asyncio.server.serve``
+    that routes non-WebSocket requests to ``app``, bounds the connections still sending their
+    request, and aborts them all at shutdown."""
 
-    def create(*args: Any, **kwargs: Any) -> ServerConnection:
-        return HttpAwareConnection(app, *args, **kwargs)
+    def __init__(self, app: HttpApp, admit: Admit, *, max_unfinished: int | None = None,
+                 request_timeout_s: float | None = None) -> None:
+        self.app = app
+        self.admit = admit
+        self.max_unfinished = MAX_UNFINISHED if max_unfinished is None else max_unfinished
+        self.request_timeout_s = REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
+        self.live: set[HttpAwareConnection] = set()
+        self.unfinished: dict[HttpAwareConnection, None] = {}  # insertion order: oldest first
 
-    return create
+    def __call__(self, *args: Any, **kwargs: Any) -> ServerConnection:
+        return HttpAwareConnection(self, *args, **kwargs)
+
+    def opened(self, conn: HttpAwareConnection) -> None:
+        self.live.add(conn)
+        self.unfinished[conn] = None
+        if len(self.unfinished) > self.max_unfinished:
+            # honest requests arrive in milliseconds, so the oldest unfinished one is the likeliest stall
+            oldest = next(iter(self.unfinished))
+            self.unfinished.pop(oldest)
+            oldest.transport.abort()
+
+    def request_read(self, conn: HttpAwareConnection) -> None:
+        self.unfinished.pop(conn, None)
+
+    def lost(self, conn: HttpAwareConnection) -> None:
+        self.live.discard(conn)
+        self.unfinished.pop(conn, None)
+
+    def abort_all(self) -> int:
+        """Drop every connection now (no closing handshake) and cancel its HTTP handler; returns how many."""
+        conns = list(self.live)
+        for conn in conns:
+            conn.abort()
+        return len(conns)
 
 
 class HttpAwareConnection(ServerConnection):
     """A ``websockets`` server connection that answers plain HTTP requests itself."""
 
-    def __init__(self, app: HttpApp, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, owner: HttpConnections, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._app = app
+        self._owner = owner
+        self._app = owner.app
         self._mode: str | None = None  # None until the head is read, then "ws" or "http"
         self._head_buf = bytearray()
         self._h11: h11.Connection | None = None
         self._request: h11.Request | None = None
+        self._max_body = 0
         self._body = bytearray()
         self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timeout)
+        self._owner.opened(self)
+        self._timer = self.loop.call_later(self._owner.request_timeout_s, self._request_timeout)
 
     def data_received(self, data: bytes) -> None:
         if self._mode == "ws":
@@ -124,12 +199,11 @@ class HttpAwareConnection(ServerConnection):
             end = self._head_buf.find(b"\r\n\r\n")
             if end < 0 and len(self._head_buf) < MAX_HEAD:
                 return
-            if self._timer is not None:
-                self._timer.cancel()
             head = bytes(self._head_buf[: max(end, 0)]).lower()
             buffered, self._head_buf = bytes(self._head_buf), bytearray()
             if b"\r\nupgrade:" in head and b"websocket" in head:
                 self._mode = "ws"
+                self._request_done()  # websockets answers the handshake at once
                 super().data_received(buffered)
                 return
             self._mode = "http"
@@ -138,20 +212,38 @@ class HttpAwareConnection(ServerConnection):
         self._feed(data)
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
-        if self._mode == "http":
-            return True  # a half-closed client still gets its response; we close after writing it
-        super().eof_received()
-        return None
+        if self._mode == "ws":
+            super().eof_received()
+            return None
+        # An HTTP client that half-closes has left (or will never finish its request): close,
+        # which cancels the handler and so the generation it started.
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._request_done()
+        self._owner.lost(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client left: stop whatever its request started
         super().connection_lost(exc)
 
-    def _head_timeout(self) -> None:
-        if self._mode is None:
+    def abort(self) -> None:
+        """Drop the connection now and cancel its HTTP handler."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self.transport.abort()
+
+    def _request_done(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._owner.request_read(self)
+
+    def _request_timeout(self) -> None:
+        self._timer = None
+        if self._mode == "http" and self._task is None:
+            self._reject(408, f"the request did not arrive within {self._owner.request_timeout_s:.0f} s; "
+                              "send the head and body without pausing", "request_timeout")
+        elif self._mode is None:
             self.transport.abort()
 
     def _feed(self, data: bytes) -> None:
@@ -166,52 +258,88 @@ class HttpAwareConnection(ServerConnection):
                     return
                 if isinstance(event, h11.Request):
                     self._request = event
+                    if not self._admit(event):
+                        return
                 elif isinstance(event, h11.Data):
                     self._body += event.data
-                    if len(self._body) > MAX_BODY:
-                        self._reject(413, f"request body over {MAX_BODY} bytes")
+                    if len(self._body) > self._max_body:
+                        self._too_big(len(self._body), "at least ")
                         return
                 elif isinstance(event, h11.EndOfMessage):
+                    self._request_done()
                     self._task = self.loop.create_task(self._serve())
                     return
                 elif isinstance(event, h11.ConnectionClosed):
-                    self.transport.close()
+                    self._close()
                     return
         except h11.RemoteProtocolError as exc:
-            self._reject(400, f"bad HTTP request: {exc}")
+            self._reject(400, f"bad HTTP request: {exc}", "bad_request")
 
-    def _reject(self, status: int, message: str) -> None:
-        assert self._h11 is not None
-        self._task = asyncio.Future()  # type: ignore[assignment]  # stop reading
+    def _admit(self, req: h11.Request) -> bool:
+        """Run the route's admission check on the head; False if the request was answered."""
         try:
-            responder = HttpResponder(self.transport, self._h11)
-            responder.send(status, message.encode() + b"\n", "text/plain; charset=utf-8")
+            self._max_body = self._owner.admit(self._make_request(req, b""))
+        except HttpRefusal as refusal:
+            self._answer(refusal.status, refusal.body, refusal.content_type)
+            return False
+        length = next((v for k, v in req.headers if k == b"content-length"), None)
+        if length is not None and int(length) > self._max_body:  # h11 has checked it is a number
+            self._too_big(int(length), "")
+            return False
+        return True
+
+    def _too_big(self, size: int, prefix: str) -> None:
+        assert self._request is not None
+        route = f"{self._request.method.decode('latin-1')} {self._request.target.decode('latin-1')}"
+        self._reject(413, f"{route} takes a body of at most {self._max_body} bytes, got {prefix}{size}",
+                     "request_too_large")
+
+    def _reject(self, status: int, message: str, code: str) -> None:
+        self._answer(status, error_json(message, "invalid_request_error", None, code), "application/json")
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        assert self._h11 is not None
+        self._request_done()
+        self._task = self.loop.create_future()  # stop reading
+        self._task.set_result(None)
+        try:
+            HttpResponder(self.transport, self._h11).send(status, body, content_type)
         except h11.LocalProtocolError:
             pass
-        self.transport.close()
+        self._close()
 
-    async def _serve(self) -> None:
-        assert self._h11 is not None and self._request is not None
-        req = self._request
+    def _close(self) -> None:
+        self.transport.close()
+        # a client that does not read would keep a closing transport (and its buffer) forever
+        self.loop.call_later(LINGER_S, self.transport.abort)
+
+    @staticmethod
+    def _make_request(req: h11.Request, body: bytes) -> HttpRequest:
         target = urlsplit(req.target.decode("latin-1"))
-        request = HttpRequest(
+        return HttpRequest(
             method=req.method.decode("ascii").upper(),
             path=target.path,
             query=parse_qs(target.query),
             headers={k.decode("latin-1").lower(): v.decode("latin-1") for k, v in req.headers},
-            body=bytes(self._body),
+            body=body,
         )
+
+    async def _serve(self) -> None:
+        assert self._h11 is not None and self._request is not None
+        request = self._make_request(self._request, bytes(self._body))
+        self._body = bytearray()
         responder = HttpResponder(self.transport, self._h11)
         try:
             await self._app(request, responder)
         except (ClientGone, asyncio.CancelledError):
             pass
-        except Exception as exc:  # the app failed: a 500 if nothing was sent yet
+        except Exception:  # a bug: the client gets an opaque 500, the log the traceback
+            log.error("HTTP handler failed on %s %s", request.method, request.path, exc_info=True)
             if not responder.started:
-                responder.send(500, f"internal error: {type(exc).__name__}: {exc}\n".encode(), "text/plain; charset=utf-8")
-            self.logger.error("HTTP handler failed", exc_info=True)
+                responder.send(500, error_json("internal server error; the server log has the details", "server_error",
+                                               None, "internal_error"), "application/json")
         finally:
-            self.transport.close()
+            self._close()
 
 
 Route = Callable[[HttpRequest, HttpResponder], Awaitable[None]]

@@ -17,15 +17,43 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from pie_core.errors import InvalidInput, NotFound, PieError
-from pie_core.server.http import HttpRequest, HttpResponder
+from pie_core.server.http import HttpRequest, HttpResponder, error_json
 
 if TYPE_CHECKING:
     from pie_core.server.app import PieServer
 
-__all__ = ["chat_completions", "completions", "error_body", "BUILTIN_PROGRAM"]
+__all__ = ["chat_completions", "completions", "error_body", "error_response", "status_of", "BadRequest",
+           "BUILTIN_PROGRAM"]
 
 BUILTIN_PROGRAM = "openai-compat"
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MAX_JSON_DEPTH = 64  # nesting of the request body; JSON Schemas in response_format fit easily
+MAX_PROMPT_BYTES = 1 << 20  # UTF-8 bytes of prompt or message text, before tokenising
+MAX_TOKENS = 32768
+_THREAD_PARSE_BYTES = 64 * 1024  # bigger bodies are parsed off the event loop
+_UNSUPPORTED = {  # fields we would otherwise ignore silently, changing what the client asked for
+    "tools": "tools are not supported yet",
+    "tool_choice": "tools are not supported yet",
+    "functions": "tools (functions) are not supported yet",
+    "function_call": "tools (functions) are not supported yet",
+    "logprobs": "logprobs are not supported yet",
+    "top_logprobs": "logprobs are not supported yet",
+    "logit_bias": "logit_bias is not supported yet",
+    "presence_penalty": "presence_penalty is not supported yet",
+    "frequency_penalty": "frequency_penalty is not supported yet",
+    "best_of": "best_of is not supported yet",
+    "echo": "echo is not supported yet",
+    "suffix": "suffix is not supported yet",
+}
+
+
+class BadRequest(InvalidInput):
+    """A request field is wrong: a 400 whose ``param`` names the field."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 class _Collector:
@@ -41,102 +69,178 @@ class _Collector:
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> bytes:
     """An error in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}}).encode()
+    return error_json(message, kind, param, code)
+
+
+def error_response(exc: PieError) -> tuple[int, bytes]:
+    """The status and OpenAI-shaped body for an error raised while handling a request."""
+    status, kind = status_of(exc)
+    return status, error_body(str(exc), kind, getattr(exc, "param", None), getattr(exc, "code", None))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name, default)
+    value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise InvalidInput(f"'{name}' must be a number in [{low}, {high}], got {value!r}")
+        raise BadRequest(f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
     return float(value)
 
 
+def _optional(body: dict[str, Any], name: str, kind: type, what: str) -> Any:
+    value = body.get(name)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise BadRequest(f"'{name}' must be {what}, got {value!r}", name)
+    return value
+
+
 def _common(server: PieServer, body: dict[str, Any]) -> dict[str, Any]:
-    """The inferlet input shared by both endpoints."""
-    model = body.get("model")
+    """The inferlet input shared by both endpoints (every field checked by type and range)."""
+    for name, message in _UNSUPPORTED.items():
+        value = body.get(name)
+        if value not in (None, False, 0, "", [], {}):  # the "off" values clients send by default
+            raise BadRequest(f"{message}; remove '{name}' from the request", name, "unsupported_parameter")
+    model = _optional(body, "model", str, "a string naming a served model")
     if model is not None and model not in server.engine.models:
         raise NotFound(f"model {model!r} is not served here; GET /v1/models lists: {', '.join(server.engine.models)}")
-    if body.get("n", 1) not in (1, None):
-        raise InvalidInput("'n' must be 1 (one choice per request)")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens")) or 256
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 32768:
-        raise InvalidInput(f"'max_tokens' must be an integer in [1, 32768], got {max_tokens!r}")
+    n = _optional(body, "n", int, "the integer 1")
+    if n not in (None, 1):
+        raise BadRequest(f"'n' must be 1 (one choice per request), got {n!r}", "n")
+    max_tokens = 256
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not _is_int(value) or not 1 <= value <= MAX_TOKENS:
+            raise BadRequest(f"'{name}' must be an integer in [1, {MAX_TOKENS}], got {value!r}", name)
+        max_tokens = value
     stop = body.get("stop")
-    stops = [stop] if isinstance(stop, str) else stop or []
-    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) for s in stops):
-        raise InvalidInput("'stop' must be a string or a list of up to 4 strings")
-    seed = body.get("seed") or 0
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InvalidInput(f"'seed' must be an integer, got {seed!r}")
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and len(s) <= 256 for s in stops):
+        raise BadRequest(f"'stop' must be a string or a list of up to 4 strings of up to 256 characters, got {stop!r:.80}",
+                         "stop")
+    seed = _optional(body, "seed", int, "an integer") or 0
+    _optional(body, "stream", bool, "true or false")
+    options = _optional(body, "stream_options", dict, "an object like {\"include_usage\": true}") or {}
+    if not isinstance(options.get("include_usage", False), bool):
+        raise BadRequest("'stream_options.include_usage' must be true or false", "stream_options")
     args: dict[str, Any] = {
         "max_tokens": max_tokens,
         "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
         "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
         "seed": seed & 0x7FFFFFFF,
         "stop": json.dumps(stops),
+        "max_context": _context_tokens(server, model),
     }
     if model is not None:
         args["model"] = model
-    fmt = body.get("response_format") or {"type": "text"}
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    fmt = body.get("response_format")
+    if fmt is None:
+        fmt = {"type": "text"}
+    if not isinstance(fmt, dict):
+        raise BadRequest("'response_format' must be an object like {\"type\": \"json_object\"}", "response_format")
+    kind = fmt.get("type")
     if kind == "json_object":
         args["json_object"] = True
     elif kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            raise InvalidInput("response_format json_schema needs json_schema.schema (a JSON Schema object)")
+            raise BadRequest("response_format json_schema needs json_schema.schema (a JSON Schema object)",
+                             "response_format.json_schema")
         args["schema"] = json.dumps(schema)
     elif kind != "text":
-        raise InvalidInput(f"response_format type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+        raise BadRequest(f"response_format type must be 'text', 'json_object' or 'json_schema', got {kind!r:.80}",
+                         "response_format.type")
     return args
+
+
+def _context_tokens(server: PieServer, model: str | None) -> int:
+    """Tokens one sequence of ``model`` can hold: its positions, and at most the whole KV pool."""
+    loaded = server.engine.models[model] if model is not None else next(iter(server.engine.models.values()))
+    return int(min(loaded.spec.max_position, loaded.caps.num_pages * loaded.caps.page_size))
+
+
+def _text_size(texts: list[str], param: str) -> None:
+    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    if size > MAX_PROMPT_BYTES:
+        raise BadRequest(f"'{param}' holds {size} bytes of text; the limit is {MAX_PROMPT_BYTES} bytes: shorten it",
+                         param, "context_length_exceeded")
 
 
 def _chat_messages(body: dict[str, Any]) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise InvalidInput("'messages' must be a non-empty list of {role, content}")
+        raise BadRequest("'messages' must be a non-empty list of {role, content}", "messages")
     out = []
     for i, msg in enumerate(messages):
-        role = msg.get("role") if isinstance(msg, dict) else None
-        if role not in _ROLES:
-            raise InvalidInput(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r}")
+        if not isinstance(msg, dict):
+            raise BadRequest(f"messages[{i}] must be an object {{role, content}}, got {type(msg).__name__}", f"messages[{i}]")
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise BadRequest(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r:.80}",
+                             f"messages[{i}].role")
+        if msg.get("tool_calls") or msg.get("function_call"):
+            raise BadRequest(f"messages[{i}] carries tool calls; tools are not supported yet", f"messages[{i}].tool_calls",
+                             "unsupported_parameter")
         content = msg.get("content")
         if isinstance(content, list):  # content parts: only text parts are supported
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-                raise InvalidInput(f"messages[{i}].content parts must all be of type 'text'")
-            content = "".join(str(p.get("text", "")) for p in content)
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+                raise BadRequest(f"messages[{i}].content parts must all be {{\"type\": \"text\", \"text\": string}}",
+                                 f"messages[{i}].content")
+            content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
-            raise InvalidInput(f"messages[{i}].content must be a string or a list of text parts")
+            raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
         out.append({"role": _ROLES[role], "content": content})
+    _text_size([m["content"] for m in out], "messages")
     return json.dumps(out)
 
 
 async def chat_completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
-    body = _json_body(request)
+    body = await _json_body(request)
     args = {**_common(server, body), "mode": "chat", "messages": _chat_messages(body)}
     await _run(server, user, body, args, respond, chat=True)
 
 
 async def completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
-    body = _json_body(request)
+    body = await _json_body(request)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str):
-        raise InvalidInput("'prompt' must be a string (or a list of one string)")
+        raise BadRequest("'prompt' must be a string (or a list of one string)", "prompt")
+    _text_size([prompt], "prompt")
     args = {**_common(server, body), "mode": "completion", "prompt": prompt}
     await _run(server, user, body, args, respond, chat=False)
 
 
-def _json_body(request: HttpRequest) -> dict[str, Any]:
+async def _json_body(request: HttpRequest) -> dict[str, Any]:
+    if len(request.body) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(_parse_json, request.body)
+    return _parse_json(request.body)
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object nested at most ``MAX_JSON_DEPTH`` deep."""
     try:
-        body = json.loads(request.body or b"null")
+        body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}") from None
+        raise BadRequest(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"the request body nests deeper than {MAX_JSON_DEPTH} levels; flatten it") from None
     if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object")
+        raise BadRequest("the request body must be a JSON object")
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:  # iterative: a recursive walk is what deep nesting attacks
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise BadRequest(f"the request body nests deeper than {MAX_JSON_DEPTH} levels; flatten it")
+        items = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
     return body
 
 
@@ -169,6 +273,7 @@ async def _whole(sink: _Collector, respond: HttpResponder, meta: dict[str, Any],
             respond.send(500, error_body(f"generation failed: {value}", "server_error"), "application/json")
             return
         elif kind == "return":
+            _refused(value)
             break
     text = "".join(parts)
     choice: dict[str, Any] = {"index": 0, "finish_reason": value["finish_reason"], "logprobs": None}
@@ -196,23 +301,33 @@ async def _stream(sink: _Collector, respond: HttpResponder, meta: dict[str, Any]
             choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
         return _sse({**meta, "object": obj, "choices": [choice]})
 
+    kind, value = await sink.queue.get()  # the first event decides between a 400 and a stream
+    if kind == "return":
+        _refused(value)
     respond.start(200, "text/event-stream")
     if chat:
         await respond.write(chunk(None, None, first=True))
     while True:
-        kind, value = await sink.queue.get()
         if kind == "stdout":
             await respond.write(chunk(value, None))
         elif kind == "error":
-            await respond.write(_sse({"error": {"message": f"generation failed: {value}", "type": "server_error"}}))
+            await respond.write(_sse({"error": {"message": f"generation failed: {value}", "type": "server_error",
+                                                "param": None, "code": None}}))
             break
         elif kind == "return":
             await respond.write(chunk(None, value["finish_reason"]))
             if include_usage:
                 await respond.write(_sse({**meta, "object": obj, "choices": [], "usage": _usage(value)}))
             break
+        kind, value = await sink.queue.get()
     await respond.write(b"data: [DONE]\n\n")
     respond.end()
+
+
+def _refused(ret: Any) -> None:
+    """The inferlet refused the request (its prompt is too long for the model): a 400."""
+    if isinstance(ret, dict) and "error" in ret:
+        raise BadRequest(str(ret["error"]), ret.get("param"), ret.get("code"))
 
 
 def _sse(obj: Any) -> bytes:

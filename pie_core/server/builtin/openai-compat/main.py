@@ -1,7 +1,8 @@
 """The built-in inferlet behind the server's OpenAI-compatible endpoints.
 
 It streams each piece of reply text with ``session.send`` (the server turns those into SSE
-chunks or joins them) and returns the finish reason and token counts. Stop strings are held
+chunks or joins them) and returns the finish reason and token counts, or ``{"error", "param", "code"}`` when the
+prompt and reply cannot fit the model's context (the server answers that with a 400). Stop strings are held
 back until they can no longer match, so no part of a stop string is ever sent.
 """
 
@@ -33,6 +34,12 @@ async def main(input: dict) -> dict:
             ctx.fill(input.get("prompt") or "")
             options = {"auto_flush": False, "stop": chat.stop_tokens(model)}
         prompt_tokens = ctx.seq_len + len(ctx.buffer())
+        limit = input.get("max_context") or 0
+        if limit and prompt_tokens + input["max_tokens"] > limit:
+            param = "messages" if input["mode"] == "chat" else "prompt"
+            return {"error": f"this model's context holds {limit} tokens, but the request needs {prompt_tokens + input['max_tokens']} "
+                             f"({prompt_tokens} in the {param}, {input['max_tokens']} for the reply); shorten the {param} or lower max_tokens",
+                    "param": param, "code": "context_length_exceeded"}
         g = ctx.generate(_sampler(input), max_tokens=input["max_tokens"], constrain=constraint, **options)
         dec = chat.Decoder(model)
         finish = "length"
