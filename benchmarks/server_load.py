@@ -3,6 +3,7 @@
     python benchmarks/server_load.py                               # 100 clients, both isolation modes
     python benchmarks/server_load.py --isolation inprocess --clients 100 --json load.json
     python benchmarks/server_load.py --waves 3 --set server.worker_start_s=0
+    python benchmarks/server_load.py --hostile                     # + one attacker per class (issue 13)
 
 For each isolation mode the script starts ``pie serve --dummy --no-auth --port 0`` as a
 subprocess on loopback (with a fresh ``PIE_HOME`` and data dir, so no user config applies;
@@ -19,6 +20,14 @@ the batches fired, backend seconds and tokens generated meanwhile. After each wa
 ``/metrics`` must show no KV page in use and ``/health`` no process; at the end the server
 gets SIGTERM and must exit 0.
 
+``--hostile`` turns auth on (users ``honest`` and ``mallory``) and runs each mode's waves
+twice on the same server: first the honest clients alone (the baseline), then the same waves
+with one attacker per class of ``benchmarks/attackers.py`` running beside them as ``mallory``
+(hostile uploads, cross-user reach, junk on the worker pipe, fork and spawn escapes, page and
+event hogging, pipelined floods, slowloris HTTP, log injection, malformed OpenAI bodies). The run
+is clean when no honest client fails, no attacker breaches anything, and the honest p99 with
+attackers is at most twice the baseline's.
+
 Exits 1 if any client failed or the server did not end clean.
 """
 
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import platform
@@ -42,7 +52,8 @@ from typing import Any
 import numpy as np
 
 from pie_core import config
-from pie_core.client import connect
+from pie_core.client import connect, pack_program
+from pie_core.server.auth import hash_token
 
 _URL = re.compile(r"ws://127\.0\.0\.1:(\d+)")
 
@@ -50,8 +61,9 @@ _URL = re.compile(r"ws://127\.0\.0\.1:(\d+)")
 class ServeProcess:
     """``pie serve --dummy --no-auth`` in a subprocess on a free loopback port."""
 
-    def __init__(self, isolation: str, workdir: Path, settings: dict[str, Any]) -> None:
+    def __init__(self, isolation: str, workdir: Path, settings: dict[str, Any], tokens: dict[str, str] | None = None) -> None:
         self.isolation = isolation
+        self.tokens = tokens  # user -> token: auth on with these users; None: --no-auth
         self.workdir = workdir
         self.log_path = workdir / f"serve-{isolation}.log"
         self.settings = settings
@@ -75,9 +87,12 @@ class ServeProcess:
         doc = config.default_config()
         for key, value in self.settings.items():
             config.set(key, value, config=doc)
+        for user, token in (self.tokens or {}).items():
+            config.set(f"auth.users.{user}.token_sha256", hash_token(token), config=doc)
         config.save_config(doc, home / "config.toml")
         env = {**os.environ, "PIE_HOME": str(home)}
-        argv = ["serve", "--dummy", "--no-auth", "--host", "127.0.0.1", "--port", "0", "--status-interval", "0",
+        auth = [] if self.tokens else ["--no-auth"]
+        argv = ["serve", "--dummy", *auth, "--host", "127.0.0.1", "--port", "0", "--status-interval", "0",
                 "--isolation", self.isolation, "--data-dir", str(self.workdir / f"data-{self.isolation}")]
         with open(self.log_path, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
@@ -120,12 +135,12 @@ def _health(http: str) -> dict[str, Any]:
         return dict(json.loads(resp.read()))
 
 
-async def _client(url: str, index: int, max_tokens: int) -> dict[str, Any]:
+async def _client(url: str, index: int, max_tokens: int, token: str | None = None) -> dict[str, Any]:
     """One client: connect, launch, read to ``return``; times are seconds from the start."""
     started = time.perf_counter()
     first: float | None = None
     try:
-        async with await connect(url) as client:
+        async with await connect(url, token) as client:
             prompt = f"Client {index}: write a haiku about paged attention."
             proc = await client.launch("text-completion", {"prompt": prompt, "max_tokens": max_tokens})
             async for event in proc.events():
@@ -148,12 +163,12 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)), "max": float(arr.max())}
 
 
-async def _wave(server: ServeProcess, clients: int, max_tokens: int, timeout: float) -> dict[str, Any]:
+async def _wave(server: ServeProcess, clients: int, max_tokens: int, timeout: float, token: str | None = None) -> dict[str, Any]:
     """``clients`` clients at once; their latencies and what ``/metrics`` counted meanwhile."""
     before = await asyncio.to_thread(_metrics, server.http)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    results = await asyncio.wait_for(asyncio.gather(*(_client(server.url, i, max_tokens) for i in range(clients))), timeout)
+    results = await asyncio.wait_for(asyncio.gather(*(_client(server.url, i, max_tokens, token) for i in range(clients))), timeout)
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()[0]
     after = await asyncio.to_thread(_metrics, server.http)
@@ -186,21 +201,65 @@ async def _wave(server: ServeProcess, clients: int, max_tokens: int, timeout: fl
     }
 
 
+HOSTILE_TOKENS = {"honest": "honest-benchmark-token", "mallory": "mallory-benchmark-token"}
+
+
+async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, waves: int, timeout: float,
+                          workdir: Path) -> list[dict[str, Any]]:
+    """The same waves with every attacker of ``attackers.py`` running as ``mallory`` in a process
+    of its own; rows carry the attack stats."""
+    victim = workdir / f"victim-{server.isolation}"
+    victim.mkdir()
+    (victim / "Pie.toml").write_text('[package]\nname = "honest-private"\nversion = "1.0.0"\ndescription = "only honest may run it"\n')
+    (victim / "main.py").write_text("async def main(input):\n    return 'private'\n")
+    async with await connect(server.url, HOSTILE_TOKENS["honest"]) as honest:
+        program = await honest.install(victim)
+    spec = {"url": server.url, "http": server.http, "token": HOSTILE_TOKENS["mallory"], "victim_program": program,
+            "victim_sha256": hashlib.sha256(pack_program(victim)).hexdigest()}
+    attackers = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).resolve().parent / "attackers.py"), json.dumps(spec),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert attackers.stdin is not None and attackers.stdout is not None
+    rows = []
+    try:
+        await asyncio.sleep(5)  # let every attacker get going first
+        for _ in range(waves):
+            rows.append(await _wave(server, clients, max_tokens, timeout, HOSTILE_TOKENS["honest"]))
+    finally:
+        attackers.stdin.close()
+        try:
+            out = await asyncio.wait_for(attackers.stdout.read(), 60)
+        except TimeoutError:
+            attackers.kill()
+            out = b""
+        await attackers.wait()
+    attacks = json.loads(out) if out.strip() else [{"name": "attackers", "attempts": 0, "breaches": 1,
+                                                     "samples": ["the attacker process gave no report"]}]
+    return [{**row, "attacks": attacks} for row in rows]
+
+
 async def run_mode(isolation: str, clients: int, max_tokens: int, waves: int, workdir: Path,
-                   settings: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
-    """Start a server, run ``waves`` waves of ``clients`` concurrent clients one after another, stop it."""
-    server = ServeProcess(isolation, workdir, settings)
+                   settings: dict[str, Any], timeout: float, hostile: bool = False) -> list[dict[str, Any]]:
+    """Start a server, run ``waves`` waves of ``clients`` concurrent clients one after another
+    (then, with ``hostile``, the same waves with attackers beside them), stop it."""
+    server = ServeProcess(isolation, workdir, settings, HOSTILE_TOKENS if hostile else None)
+    token = HOSTILE_TOKENS["honest"] if hostile else None
     await server.start()
     rows = []
     try:
         # One client first: the first launch imports the SDK (xgrammar, torch) and the first decode
         # builds the tokenizer's byte table, seconds that a wave should not be charged with.
-        cold = await _client(server.url, -1, max_tokens)
+        cold = await _client(server.url, -1, max_tokens, token)
         if "error" in cold:
             raise RuntimeError(f"the warm-up client failed: {cold['error']}\n{server.log_tail()}")
         for wave in range(waves):
-            rows.append({**await _wave(server, clients, max_tokens, timeout), "wave": wave + 1,
-                         "warmup_client_s": cold["latency_s"], "settings": settings})
+            rows.append({**await _wave(server, clients, max_tokens, timeout, token), "wave": wave + 1,
+                         "warmup_client_s": cold["latency_s"], "settings": settings, "attacked": False})
+        if hostile:
+            attacked = await _attacked_waves(server, clients, max_tokens, waves, timeout, workdir)
+            for wave, row in enumerate(attacked):
+                rows.append({**row, "wave": wave + 1, "warmup_client_s": cold["latency_s"], "settings": settings,
+                             "attacked": True})
     finally:
         code = await server.stop()
     for row in rows:
@@ -224,13 +283,13 @@ def _fmt(x: float | None) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| isolation | wave | clients | ok | errors | p50 s | p99 s | max s | first event p50 / p99 s | wall s "
+    lines = ["| isolation | attackers | wave | clients | ok | errors | p50 s | p99 s | max s | first event p50 / p99 s | wall s "
              "| backend s | batches | mean reqs/batch | tokens | load 1m |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lat, first = r["latency_s"], r["first_event_s"]
         lines.append(
-            f"| {r['isolation']} | {r['wave']} | {r['clients']} | {r['completed']} | {r['errors']} | "
+            f"| {r['isolation']} | {'yes' if r.get('attacked') else 'no'} | {r['wave']} | {r['clients']} | {r['completed']} | {r['errors']} | "
             f"{_fmt(lat['p50'])} | {_fmt(lat['p99'])} | {_fmt(lat['max'])} | {_fmt(first['p50'])} / {_fmt(first['p99'])} | "
             f"{r['wall_s']:.2f} | {r['backend_s']:.2f} | {r['batches']} | {r['mean_batch_requests']:.1f} | {r['generated_tokens']} | "
             f"{r['load_avg_1m'][0]:.1f}→{r['load_avg_1m'][1]:.1f} |")
@@ -238,8 +297,33 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def clean(r: dict[str, Any]) -> bool:
+    if r.get("attacked"):  # attackers may still hold their own pages and processes at the wave's end
+        return r["errors"] == 0 and r["server_exit_code"] == 0 and not any(a["breaches"] for a in r["attacks"])
     return (r["errors"] == 0 and r["processes_left"] == 0 and r["kv_pages_in_use_after"] == 0
             and r["server_exit_code"] == 0)
+
+
+def hostile_verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """Failures of the --hostile criteria: honest p99 with attackers more than 2x the baseline's."""
+    out = []
+    for mode in sorted({r["isolation"] for r in rows if r.get("attacked")}):
+        base = max(r["latency_s"]["p99"] or 0 for r in rows if r["isolation"] == mode and not r.get("attacked"))
+        hit = max(r["latency_s"]["p99"] or float("inf") for r in rows if r["isolation"] == mode and r.get("attacked"))
+        ratio = hit / base if base else float("inf")
+        print(f"{mode}: honest p99 {base:.2f} s alone, {hit:.2f} s with attackers ({ratio:.2f}x)")
+        if ratio > 2.0:
+            out.append(f"{mode}: honest p99 grew {ratio:.2f}x under attack (limit 2x)")
+    return out
+
+
+def attack_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| isolation | attacker | attempts | breaches | sample |", "|---|---|---:|---:|---|"]
+    for r in rows:
+        if r.get("attacked") and r["wave"] == 1:
+            for a in r["attacks"]:
+                sample = (a["samples"][0] if a["samples"] else "").replace("|", "\\|")[:100]
+                lines.append(f"| {r['isolation']} | {a['name']} | {a['attempts']} | {a['breaches']} | {sample} |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -253,6 +337,8 @@ def main() -> int:
                         help="a setting for the server's config.toml, e.g. server.worker_start_s=0 (repeatable)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one wave may take (default: 600)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--hostile", action="store_true",
+                        help="auth on; after the honest waves, repeat them with one attacker per class running beside them")
     args = parser.parse_args()
     if min(args.clients, args.process_clients or 1, args.max_tokens, args.waves) < 1:
         parser.error("--clients, --process-clients, --max-tokens and --waves must be >= 1")
@@ -272,8 +358,14 @@ def main() -> int:
             n = (args.process_clients or args.clients) if mode == "process" else args.clients
             print(f"{mode}: {args.waves} × {n} clients × text-completion, max_tokens {args.max_tokens} …",
                   file=sys.stderr, flush=True)
-            rows += asyncio.run(run_mode(mode, n, args.max_tokens, args.waves, Path(tmp), settings, args.timeout))
+            rows += asyncio.run(run_mode(mode, n, args.max_tokens, args.waves, Path(tmp), settings, args.timeout,
+                                         args.hostile))
     print(table(rows))
+    failures = hostile_verdict(rows) if args.hostile else []
+    if args.hostile:
+        print(attack_table(rows))
+    for failure in failures:
+        print(f"NOT CLEAN: {failure}")
     for r in rows:
         if r["wave"] == 1:
             print(f"{r['isolation']}: warm-up client (the first after start, alone) {r['warmup_client_s']:.2f} s")
@@ -285,7 +377,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "args": {k: str(v) for k, v in vars(args).items()}, "runs": rows},
                                         indent=2))
-    return 0 if all(clean(r) for r in rows) else 1
+    return 0 if all(clean(r) for r in rows) and not failures else 1
 
 
 if __name__ == "__main__":
