@@ -16,7 +16,8 @@ class WorkerLimits:
 
     Attributes:
         wall_s: Seconds the inferlet may run, counted once its worker has started and
-            imported it, before the worker is killed (0 = no limit).
+            imported it, before the worker is killed (0 = no limit); never past
+            ``start_s + wall_s`` after the launch.
         start_s: Seconds a worker may take to start and import the inferlet (0 = no limit).
         cpu_s: CPU seconds (``RLIMIT_CPU``) before the kernel kills the worker (0 = no limit).
         memory_mb: Address space the inferlet may add on top of what the worker had mapped
