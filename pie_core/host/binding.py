@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pie_core.runtime.events import Event
     from pie_core.runtime.manifest import Manifest
 
-__all__ = ["HostInstance", "SpawnBudget", "current", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop"]
+__all__ = ["HostInstance", "SpawnBudget", "current", "emitting", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
@@ -64,6 +64,18 @@ class HostInstance:
     spawns: SpawnBudget = field(default_factory=SpawnBudget)
     depth: int = 0  # how many runtime.spawn calls deep this instance runs
 
+    def __post_init__(self) -> None:
+        deliver = self.emit
+
+        def emit(event: Event) -> None:  # what the event's handler prints is the host's, not the inferlet's
+            token = _emitting.set(True)
+            try:
+                deliver(event)
+            finally:
+                _emitting.reset(token)
+
+        self.emit = emit
+
     def release_all(self) -> None:
         """Free every resource the instance still holds (its pages return to the pools)."""
         for res in list(self.resources):
@@ -72,6 +84,13 @@ class HostInstance:
 
 
 _current: contextvars.ContextVar[HostInstance | None] = contextvars.ContextVar("pie_instance", default=None)
+_emitting: contextvars.ContextVar[bool] = contextvars.ContextVar("pie_emitting", default=False)
+
+
+def emitting() -> bool:
+    """True while an instance's event is being delivered (its handler's own writes are not the
+    inferlet's output)."""
+    return _emitting.get()
 
 
 def current() -> HostInstance:

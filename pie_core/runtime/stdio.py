@@ -13,7 +13,7 @@ import sys
 import weakref
 from typing import Any, TextIO
 
-from pie_core.host.binding import HostInstance, _current
+from pie_core.host.binding import HostInstance, _current, emitting
 from pie_core.runtime.events import Event
 
 __all__ = ["install_stdio_router", "flush_stdout"]
@@ -27,11 +27,10 @@ class _Router:
     def __init__(self, real: TextIO, kind: str) -> None:
         self._real, self._kind = real, kind
         self._pending: weakref.WeakKeyDictionary[HostInstance, str] = weakref.WeakKeyDictionary()
-        self._emitting = False  # an emit handler that itself writes goes through
 
     def write(self, text: str) -> int:
         inst = _current.get()
-        if inst is None or self._emitting:
+        if inst is None or emitting():  # an event handler's own output goes through
             return self._real.write(text)
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
@@ -47,7 +46,7 @@ class _Router:
 
     def flush(self) -> None:
         inst = _current.get()
-        if inst is not None and not self._emitting:
+        if inst is not None and not emitting():
             self.flush_instance(inst)
         else:
             self._real.flush()
@@ -56,12 +55,8 @@ class _Router:
         self._emit(inst, self._pending.pop(inst, ""))
 
     def _emit(self, inst: HostInstance, text: str) -> None:
-        self._emitting = True
-        try:
-            for i in range(0, len(text), _CHUNK):
-                inst.emit(Event(self._kind, text[i:i + _CHUNK]))
-        finally:
-            self._emitting = False
+        for i in range(0, len(text), _CHUNK):
+            inst.emit(Event(self._kind, text[i:i + _CHUNK]))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
