@@ -69,12 +69,7 @@ class KvContext:
         self._check_live()
         if n_pages < 0:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
-        self._charge(n_pages)
-        try:
-            self.pages.extend(self.pool.alloc(n_pages))
-        except BaseException:
-            self._refund(n_pages)
-            raise
+        self.pages.extend(_alloc_charged(self.pool, self.account, n_pages, n_pages))
 
     def plan_write(self, n: int) -> WritePlan:
         """Reserve what ``n`` more tokens need and say where they go (slots length..length+n-1)."""
@@ -211,14 +206,7 @@ class KvContext:
         used = self._pages_for(self.length)
         src = self.pages[self.committed : used]
         shared = self.pages[: self.committed]
-        if account is not None:
-            account.charge(len(shared) + len(src))
-        try:
-            dst = self.pool.alloc(len(src))
-        except BaseException:
-            if account is not None:
-                account.refund(len(shared) + len(src))
-            raise
+        dst = _alloc_charged(self.pool, account, len(src), len(shared) + len(src))
         self.pool.retain(shared)
         child = KvContext(self.pool, account)
         child.pages = shared + dst
@@ -249,3 +237,16 @@ class KvContext:
     def _check_live(self) -> None:
         if self.released:
             raise PieError("this context was released; create a new one")
+
+
+def _alloc_charged(pool: PagePool, account: PageAccount | None, n: int, charge: int) -> list[int]:
+    """``n`` pages from ``pool`` with ``charge`` pages charged to ``account`` first (refunded
+    if the pool cannot give them)."""
+    if account is not None:
+        account.charge(charge)
+    try:
+        return pool.alloc(n)
+    except BaseException:
+        if account is not None:
+            account.refund(charge)
+        raise

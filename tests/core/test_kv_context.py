@@ -71,3 +71,20 @@ def test_reserve_and_release_working_pages():
     assert np.array_equal(ctx.plan_write(0).page_ids, ctx.pages[:2])
     ctx.release()
     assert pool.is_whole()
+
+
+def test_a_pool_that_runs_out_charges_the_account_nothing():
+    pool = PagePool(4, 4)
+    pool.accounts.limit_of = lambda user: 100  # the quota allows it; the pool does not
+    account = pool.accounts.of("alice")
+    ctx = KvContext(pool, account)
+    ctx.reserve(3)
+    with pytest.raises(OutOfPages):
+        ctx.reserve(2)
+    ctx.reserve(1)
+    _write(ctx, 3)
+    with pytest.raises(OutOfPages):
+        ctx.fork()  # its partly written page needs a copy; no page is free
+    assert account.held == 4
+    ctx.release()
+    assert account.held == 0 and pool.free_count == 4
