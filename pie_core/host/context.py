@@ -14,6 +14,7 @@ from pie_core.host.model import resolve
 from pie_core.kv.context import KvContext
 from pie_core.kv.snapshots import Snapshot
 from pie_core.runtime.engine import LoadedModel
+from pie_core.speculation.ngram import NgramDrafter
 
 __all__ = [
     "HostContext",
@@ -50,6 +51,7 @@ class HostContext:
         self.owner = owner
         self.kv = kv if kv is not None else KvContext(model.pool, model.pool.accounts.of(owner.username))
         self.lock = asyncio.Lock()
+        self.drafter: NgramDrafter | None = None  # the system drafter, made on first use
         self.thread = threading.get_ident()
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()

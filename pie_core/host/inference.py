@@ -26,8 +26,16 @@ async def forward(
     logit_mask: Sequence[int] | None = None,
     samples: Sequence[SampleSpec] = (),
     probes: Sequence[ProbeSpec] = (),
+    drafts: int = 0,
 ) -> RequestOutput:
     """Append ``tokens`` to the context's KV cache and read samples/probes at their rows.
+
+    With ``drafts = k > 0`` the last ``k`` tokens are speculative drafts, verified in this
+    pass: every row from the last non-draft token ``n - k - 1`` to ``n - 1`` must be sampled
+    (its first sample row, one draw). Draft ``i`` is kept when it equals the token sampled at
+    the row before it and every earlier draft was kept; the rest are dropped from the KV
+    cache before this call returns (their pages were never committed or shared), and
+    ``drafts_kept`` in the result says how many were kept.
 
     Args:
         ctx: The context; one pass runs on it at a time (later calls wait).
@@ -39,6 +47,7 @@ async def forward(
         logit_mask: BRLE over the vocabulary applied at every sampled row (true = allowed).
         samples: Sampled rows (``index`` into ``tokens``).
         probes: Probed rows.
+        drafts: How many trailing tokens are drafts to verify.
 
     Returns:
         Tokens per sample and values per probe, in the given order.
@@ -58,6 +67,7 @@ async def forward(
         return RequestOutput(tokens=(), probes=())
     ids = _check_tokens(tokens, model.spec.vocab_size)
     _check_rows(samples, probes, n)
+    verifiers = _check_drafts(drafts, n, samples, attention_masks is not None)
     if attention_masks is not None and "custom_mask" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support custom attention masks")
     if probes and "probes" not in caps.features:
@@ -66,10 +76,10 @@ async def forward(
         raise Unsupported(f"backend {model.backend!r} does not support embedding probes (feature 'embeddings')")
     if logit_mask is not None and "logit_mask" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks")
-    packed = None
-    if logit_mask is not None:
+    _check_sample_masks(samples, model.spec.vocab_size, "logit_mask" in caps.features, model.backend)
+    if logit_mask is not None:  # rows with a mask of their own keep it
         packed = brle.pack_bits(brle.decode(logit_mask, model.spec.vocab_size, "logit mask"))
-        samples = [replace(s, logit_mask=packed) for s in samples]
+        samples = [s if s.logit_mask is not None else replace(s, logit_mask=packed) for s in samples]
     if n > caps.max_batch_tokens and attention_masks is not None:
         raise Unsupported(
             f"a pass with a custom attention mask may hold at most {caps.max_batch_tokens} tokens; got {n}"
@@ -88,21 +98,82 @@ async def forward(
                 probes = [_shift(p, done) for p in probes]
                 if n == 0:
                     return RequestOutput(tokens=(), probes=())
-        outputs = []
-        for start in range(0, n, caps.max_batch_tokens):
-            stop = min(n, start + caps.max_batch_tokens)
-            masks = None
-            if attention_masks is not None:
-                masks = _decode_masks(attention_masks, n, base + n)
-            kept = [i for i, s in enumerate(samples) if start <= s.index < stop]
-            chunk_samples = tuple(_shift(samples[i], start) for i in kept)
-            chunk_probes = tuple(_remask(_shift(p, start), kept) for p in probes if start <= p.index < stop)
-            outputs.append(
-                await _run_chunk(ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes)
+        outputs, order = [], []
+        first_draft = ctx.kv.length + n - drafts  # the KV slot the first draft lands in
+        try:
+            for start in range(0, n, caps.max_batch_tokens):
+                stop = min(n, start + caps.max_batch_tokens)
+                masks = None
+                if attention_masks is not None:
+                    masks = _decode_masks(attention_masks, n, base + n)
+                kept = [i for i, s in enumerate(samples) if start <= s.index < stop]
+                chunk_samples = tuple(_shift(samples[i], start) for i in kept)
+                chunk_probes = tuple(_remask(_shift(p, start), kept) for p in probes if start <= p.index < stop)
+                hold = max(0, stop - (n - drafts))
+                outputs.append(
+                    await _run_chunk(ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes, hold)
+                )
+                order.extend(kept)
+        except BaseException:
+            if drafts and not ctx.kv.released:  # drafts of earlier chunks that landed go again
+                ctx.kv.settle(max(0, ctx.kv.length - first_draft))
+            raise
+        out = RequestOutput(
+            tokens=tuple(t for o in outputs for t in o.tokens), probes=tuple(p for o in outputs for p in o.probes)
+        )
+        if drafts:
+            out = replace(out, drafts_kept=_verify(out, order, verifiers, ids[n - drafts :]))
+            ctx.kv.settle(drafts - out.drafts_kept)
+    return out
+
+
+def _verify(out: RequestOutput, order: list[int], verifiers: list[int], drafts: np.ndarray) -> int:
+    """How many leading drafts equal the token sampled at the row before each."""
+    where = {sample: i for i, sample in enumerate(order)}
+    kept = 0
+    for i, draft in enumerate(drafts.tolist()):
+        if out.tokens[where[verifiers[i]]][0] != draft:
+            break
+        kept += 1
+    return kept
+
+
+def _check_sample_masks(samples: Sequence[SampleSpec], vocab: int, supported: bool, backend: str) -> None:
+    width = (vocab + 7) // 8
+    for i, s in enumerate(samples):
+        mask = s.logit_mask
+        if mask is None:
+            continue
+        if not supported:
+            raise Unsupported(f"backend {backend!r} does not support logit masks")
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.uint8 or mask.shape != (width,):
+            raise InvalidInput(
+                f"sample {i}'s logit mask must be a packed uint8 array of {width} bytes (the vocabulary, 8 per byte)"
             )
-    return RequestOutput(
-        tokens=tuple(t for o in outputs for t in o.tokens), probes=tuple(p for o in outputs for p in o.probes)
-    )
+
+
+def _check_drafts(drafts: int, n: int, samples: Sequence[SampleSpec], masked: bool) -> list[int]:
+    """The sample (list position) verifying each row ``n - drafts - 1 .. n - 1``."""
+    if not drafts:
+        return []
+    if not isinstance(drafts, int) or not 0 < drafts < n:
+        raise InvalidInput(f"drafts must be an integer in [0, {n - 1}] (the pass holds {n} tokens), got {drafts!r}")
+    if masked:
+        raise InvalidInput("a pass with drafts cannot carry custom attention masks (drafts follow the causal order)")
+    first: dict[int, int] = {}
+    for i, s in enumerate(samples):
+        first.setdefault(s.index, i)
+    verifiers = []
+    for row in range(n - drafts - 1, n):
+        i = first.get(row)
+        if i is None:
+            raise InvalidInput(
+                f"a pass with {drafts} drafts must sample every row from {n - drafts - 1} to {n - 1}; row {row} is not sampled"
+            )
+        if samples[i].draws != 1:
+            raise InvalidInput(f"the sample verifying row {row} draws {samples[i].draws} tokens; drafts are verified with one draw")
+        verifiers.append(i)
+    return verifiers
 
 
 async def _run_chunk(
@@ -112,6 +183,7 @@ async def _run_chunk(
     masks: np.ndarray | None,
     samples: tuple[SampleSpec, ...],
     probes: tuple[ProbeSpec, ...],
+    hold: int = 0,
 ) -> RequestOutput:
     kv = ctx.kv
     plan = kv.plan_write(len(ids))
@@ -131,7 +203,7 @@ async def _run_chunk(
         if not kv.released:  # give back pages reserved for tokens that never landed
             kv.release_working(len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed))
         raise
-    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None)
+    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None, hold=hold)
     return out
 
 

@@ -85,16 +85,24 @@ class KvContext:
             last_page_len=total - (used - 1) * self.page_size,
         )
 
-    def advance(self, tokens: list[int], positions: list[int], masked: bool = False) -> None:
+    def advance(self, tokens: list[int], positions: list[int], masked: bool = False, hold: int = 0) -> None:
         """Record a completed pass and commit every page it filled.
 
-        ``masked`` says the pass ran under a custom attention mask.
+        ``masked`` says the pass ran under a custom attention mask. The last ``hold`` tokens
+        are speculative drafts: pages holding them stay working (truncatable) until
+        :meth:`settle`.
         """
         self.tokens.extend(tokens)
         self.positions.extend(positions)
         self.length += len(tokens)
         if masked:
             self.shareable = False
+        self._commit_to((self.length - hold) // self.page_size)
+
+    def settle(self, drop: int) -> None:
+        """After a pass with held drafts: drop the last ``drop`` tokens (the rejected drafts),
+        then commit every page the kept tokens filled."""
+        self.truncate(drop)
         self._commit_to(self.length // self.page_size)
 
     def commit(self, k: int) -> None:

@@ -79,8 +79,10 @@ class RequestOutput:
     """The part of a batch's output that belongs to one request.
 
     ``tokens[i]`` holds the ids drawn for ``samples[i]`` (one unless multinomial draws > 1);
-    ``probes[i]`` the value of ``probes[i]``.
+    ``probes[i]`` the value of ``probes[i]``. For a pass with speculative drafts,
+    ``drafts_kept`` says how many drafts the KV kept (see ``pie_core.host.inference.forward``).
     """
 
     tokens: tuple[tuple[int, ...], ...]
     probes: tuple[object, ...]
+    drafts_kept: int = 0

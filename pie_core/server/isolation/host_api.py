@@ -29,7 +29,8 @@ from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 __all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
            "check_arguments"]
 
-HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "tools")
+HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "speculation",
+                "tools")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""Speculative decoding in the core: the system n-gram drafter and draft verification."""
