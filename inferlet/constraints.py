@@ -20,10 +20,9 @@ grammar constraint has accepted its stop token.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -31,9 +30,6 @@ from pie_core.host import grammar as _host
 from pie_core.host.errors import InvalidInput
 from inferlet.grammar import Grammar, GrammarConstraint
 from inferlet.model import Model
-
-if TYPE_CHECKING:
-    from inferlet.forward import Forward
 
 __all__ = ["Schema", "Constraint", "AnyJson", "JsonSchema", "Regex", "Ebnf", "ConstraintSet", "as_schema", "parse_json"]
 
@@ -174,7 +170,13 @@ class ConstraintSet:
     @property
     def ended(self) -> bool:
         """True when a grammar constraint accepted its stop token."""
-        return any(g.matcher._h.is_terminated for g in self._grammars)
+        return any(g.matcher.is_terminated for g in self._grammars)
+
+    @property
+    def can_speculate(self) -> bool:
+        """Whether masks can be computed ahead over draft tokens: grammar constraints roll
+        back, while a custom Constraint's ``step`` cannot be undone."""
+        return not self._others
 
     async def ready(self) -> None:
         """Wait for every grammar to compile (off the event loop, under its time limit)."""
@@ -188,7 +190,7 @@ class ConstraintSet:
             InvalidInput: The constraints together allow no token.
         """
         if self._mask is _UNSET:
-            masks = [g.matcher._h.packed() for g in self._grammars]
+            masks = [g.matcher.packed_mask() for g in self._grammars]
             pending, self._pending = self._pending, []
             for c in self._others:
                 runs = c.step(list(pending))
@@ -213,18 +215,47 @@ class ConstraintSet:
 
     def accept(self, token: int) -> None:
         """Advance every constraint over ``token`` (which :meth:`admits` allowed)."""
-        for g in self._grammars:
-            if not g.matcher._h.try_accept(token):
+        for i, g in enumerate(self._grammars):
+            if not g.matcher.try_accept(token):
+                for done in self._grammars[:i]:
+                    done.matcher.rollback(1)
                 raise InvalidInput(f"token {token} is not allowed by {g!r}; check admits() before accept()")
         self._pending.append(token)
         self._accepted += 1
         self._mask = _UNSET
 
-    def attach(self, fwd: Forward) -> None:
-        """Apply the next token's mask to every sample row of ``fwd``."""
-        mask = self.mask()
-        if mask is not None:
-            fwd._samples = [dataclasses.replace(s, logit_mask=mask) for s in fwd._samples]
+    def masks_along(self, drafts: Sequence[int], stop: Collection[int]) -> list[np.ndarray | None]:
+        """The masks for the next token and after each draft in turn (for verifying drafts in
+        one pass), as far as the drafts can go; the constraints end where they started.
+
+        Drafts stop before the first one the constraints forbid, one in ``stop``, or one that
+        ends a grammar: such a token can only be the last of a step, never a draft it keeps.
+        Only when :attr:`can_speculate`.
+
+        Returns:
+            ``1 + usable`` masks: ``[0]`` for the next token, ``[i]`` after ``drafts[i - 1]``.
+        """
+        masks = [self.mask()]
+        walked = 0
+        try:
+            for tok in drafts:
+                if tok in stop or not self.admits(tok):
+                    break
+                for g in self._grammars:
+                    g.matcher.try_accept(tok)
+                walked += 1
+                self._mask = _UNSET
+                if self.ended:
+                    break
+                try:
+                    masks.append(self.mask())
+                except InvalidInput:  # a dead end after this draft: the step stops before it
+                    break
+        finally:
+            for g in self._grammars:
+                g.matcher.rollback(walked)
+            self._mask = masks[0]
+        return masks
 
 
 def as_schema(schema: Any) -> Any:

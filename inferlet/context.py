@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Iterable, Literal, overload
+from typing import Any, Iterable, Literal, overload
 
 from pie_core.host import context as _host
 from pie_core.host import model as _model
 from pie_core.host import tools as _tools
 from pie_core.host.errors import InvalidInput
+from inferlet.events import Decoder, EventStream
 from inferlet.forward import Forward
+from inferlet.generator import Generator
 from inferlet.model import Model
-
-if TYPE_CHECKING:
-    from inferlet.events import EventStream
-    from inferlet.generator import Generator
-    from inferlet.sampler import Sampler
+from inferlet.pending import Pending
+from inferlet.sampler import Sampler
 
 __all__ = ["Context", "RawContext"]
 
@@ -34,7 +33,7 @@ class Context:
             raise TypeError(f"Context(model) needs a Model (from Model.load), got {type(model).__name__}")
         self._model = model
         self._ctx = _host.create(model.name)
-        self._buffer: list[int] = []
+        self._pending = Pending()
         self._chat = _model.chat_builder(model.name)
         self.name = name
 
@@ -43,13 +42,13 @@ class Context:
         self = cls.__new__(cls)
         self._model, self._ctx, self.name = model, handle, name
         if state is None:
-            self._buffer, self._chat = [], _model.chat_builder(model.name)
+            self._pending, self._chat = Pending(), _model.chat_builder(model.name)
         else:  # a shallow copy: builders hold a few flags beside their (shared) format
-            self._buffer, self._chat = list(state[0]), copy.copy(state[1])
+            self._pending, self._chat = Pending(state[0]), copy.copy(state[1])
         return self
 
     def _state(self) -> tuple[list[int], Any]:
-        return list(self._buffer), copy.copy(self._chat)
+        return self._pending.tokens(), copy.copy(self._chat)
 
     # -- snapshots and forks ---------------------------------------------------------------
     @staticmethod
@@ -103,7 +102,7 @@ class Context:
 
     def buffer(self) -> list[int]:
         """Tokens buffered in the SDK, not yet flushed."""
-        return list(self._buffer)
+        return self._pending.tokens()
 
     # -- filling ---------------------------------------------------------------------------
     def system(self, text: str) -> Context:
@@ -166,8 +165,8 @@ class Context:
         pass with ``ctx.forward(flush=True)`` instead.
         """
         self._ctx.check_live()
-        if self._buffer:
-            await Forward(self, flush=True).execute()
+        if len(self._pending):
+            await self.forward(flush=True).execute()
 
     def truncate(self, n: int) -> None:
         """Drop the trailing ``n`` working-page tokens (committed pages cannot be truncated)."""
@@ -183,7 +182,8 @@ class Context:
                 tokens (input rows ``0 .. len(ctx.buffer()) - 1``), so probes and samples can
                 read them; executing it flushes them, as :meth:`flush` does.
         """
-        return Forward(self, flush=flush)
+        handle = self._handle()
+        return Forward(self._model.name, handle, self._pending, _host.seq_len(handle), flush)
 
     @overload
     def generate(self, sampler: Sampler, *, decode: Literal[False] = False, **options: Any) -> Generator: ...
@@ -213,9 +213,6 @@ class Context:
         Raises:
             InvalidInput: ``reasoning``/``tool_use`` without ``decode=True``.
         """
-        from inferlet.events import Decoder, EventStream
-        from inferlet.generator import Generator
-
         if not decode:
             if reasoning or tool_use:
                 raise InvalidInput("reasoning= and tool_use= apply to event streams: pass decode=True too")
@@ -225,9 +222,7 @@ class Context:
 
     async def generate_text(self, sampler: Sampler | None = None, **options: Any) -> str:
         """Generate and return the decoded reply (readme convenience)."""
-        from inferlet.sampler import Sampler as _Sampler
-
-        return await self.generate(sampler or _Sampler.top_p(), **options).collect_text()
+        return await self.generate(sampler or Sampler.top_p(), **options).collect_text()
 
     # -- lifecycle -------------------------------------------------------------------------
     def release(self) -> None:
@@ -262,12 +257,8 @@ class Context:
 
     def _extend(self, tokens: Iterable[int]) -> Context:
         self._ctx.check_live()
-        self._buffer.extend(int(t) for t in tokens)
+        self._pending.extend(tokens)
         return self
-
-    def _take_buffer(self) -> list[int]:
-        tokens, self._buffer = self._buffer, []
-        return tokens
 
 
 class RawContext:

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Union
+from typing import Any, Iterable, Union
 
 from inferlet import chat, reasoning as _reasoning
+from inferlet.generator import Generator
 from inferlet.model import Model
-
-if TYPE_CHECKING:
-    from inferlet.generator import Generator
 
 __all__ = ["Event", "Decoder", "EventStream"]
 
@@ -226,7 +224,7 @@ class EventStream:
             return self._dec.finish()
         out = await (await gen.__anext__()).execute()
         tokens = out.tokens
-        if gen.is_done and tokens and tokens[-1] in gen._stop:  # the stop token is not text
+        if gen.is_done and tokens and tokens[-1] in gen.stop_tokens:  # the stop token is not text
             tokens = tokens[:-1]
         events = self._dec.feed(tokens)
         if gen.is_done and not any(isinstance(e, Event.Done) for e in events):

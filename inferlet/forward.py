@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 import numpy as np
 
+from pie_core.host import context as _ctx_host
+from pie_core.host import grammar as _grammar_host
 from pie_core.host import inference as _host
+from pie_core.host import speculation as _spec_host
 from pie_core.host.errors import InvalidInput
+from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
-
-if TYPE_CHECKING:
-    from inferlet.context import Context
 
 __all__ = ["Forward", "Output", "SampleHandle", "ProbeHandle"]
 
@@ -132,7 +133,7 @@ _ENDIAN = "<" if sys.byteorder == "little" else ">"
 
 
 class Forward:
-    """A forward pass under construction, bound to a context.
+    """A forward pass under construction, bound to a context (``ctx.forward()``).
 
     Positions of ``input`` tokens continue from :meth:`start_position` (``ctx.seq_len`` when
     the pass was created) in the order tokens were added. Nothing runs until :meth:`execute`.
@@ -143,16 +144,23 @@ class Forward:
     them back if the pass fails.
     """
 
-    def __init__(self, ctx: Context, flush: bool = False) -> None:
-        self._ctx = ctx
-        self._start = ctx.seq_len
+    def __init__(
+        self, model: str, handle: _ctx_host.HostContext, pending: Pending, start: int, flush: bool = False
+    ) -> None:
+        """A pass on context ``handle`` of model ``model`` whose buffer is ``pending``; its
+        inputs start at position ``start``. Use ``ctx.forward()`` rather than this."""
+        self._model = model
+        self._handle = handle
+        self._pending = pending
+        self._start = start
         self._tokens: list[int] = []
         self._positions: list[int] = []
         self._masks: list[list[int]] | None = None
         self._logit_mask: list[int] | None = None
         self._samples: list[_host.SampleSpec] = []
         self._probes: list[_host.ProbeSpec] = []
-        self._flushed: list[int] = ctx.buffer() if flush else []
+        self._drafts = 0
+        self._flushed: list[int] = pending.tokens() if flush else []
         self.input(self._flushed)
 
     def start_position(self) -> int:
@@ -161,6 +169,7 @@ class Forward:
 
     def input(self, tokens: Sequence[int]) -> Forward:
         """Add token ids with auto-derived positions."""
+        self._no_drafts_yet("input")
         base = self._start + len(self._tokens)
         self._tokens.extend(int(t) for t in tokens)
         self._positions.extend(range(base, base + len(tokens)))
@@ -168,11 +177,34 @@ class Forward:
 
     def input_at(self, tokens: Sequence[int], positions: Sequence[int]) -> Forward:
         """Add token ids at explicit positions (one per token)."""
+        self._no_drafts_yet("input_at")
         if len(tokens) != len(positions):
             raise ValueError(f"input_at got {len(tokens)} tokens and {len(positions)} positions")
         self._tokens.extend(int(t) for t in tokens)
         self._positions.extend(int(p) for p in positions)
         return self
+
+    def draft(self, tokens: Sequence[int]) -> Forward:
+        """Add speculative draft tokens after the inputs, positions continuing.
+
+        The pass verifies them in one go: sample the row before each draft and the last draft
+        (``fwd.sample(range(n - 1, n + k), sampler)`` for ``n`` inputs and ``k`` drafts, one
+        draw per row). The context keeps the longest run of drafts each equal to the token
+        sampled at the row before it, and drops the rest; ``out.raw.drafts_kept`` says how
+        many it kept, and the tokens sampled at rows ``n - 1 .. n - 1 + drafts_kept`` are the
+        pass's output (the first is the prediction after the inputs, the last follows the
+        last kept draft). Drafts cannot be combined with attention masks.
+        """
+        self._tokens.extend(int(t) for t in tokens)
+        base = self._positions[-1] + 1 if self._positions else self._start
+        self._positions.extend(range(base, base + len(tokens)))
+        self._drafts += len(tokens)
+        return self
+
+    def system_drafts(self, limit: int) -> list[int]:
+        """Up to ``limit`` (at most 8) tokens the runtime's n-gram drafter expects after this
+        pass's inputs, from the context's own tokens; often ``[]``. For :meth:`draft`."""
+        return _spec_host.system_draft(self._handle, self._tokens, limit)
 
     def attention_mask(self, masks: Sequence[Sequence[int]]) -> Forward:
         """Per-input-token attention masks: one BRLE row per input token over the KV length
@@ -181,20 +213,31 @@ class Forward:
         return self
 
     def mask(self, brle: Sequence[int]) -> Forward:
-        """Logit mask (BRLE over the vocabulary, true = allowed) at every sampled position."""
+        """Logit mask (BRLE over the vocabulary, true = allowed) at every sampled position
+        (a ``fwd.sample(..., mask=...)`` of its own replaces it there)."""
         self._logit_mask = list(brle)
         return self
 
-    def sample(self, indices: Sequence[int] | int, sampler: Sampler) -> SampleHandle:
+    def sample(self, indices: Sequence[int] | int, sampler: Sampler, *, mask: Any = None) -> SampleHandle:
         """Sample ``sampler`` at each of the given input indices (``Sampler.dist`` also reads
-        the distribution there, ``Sampler.embedding`` only the hidden state)."""
+        the distribution there, ``Sampler.embedding`` only the hidden state).
+
+        Args:
+            indices: Input rows to sample.
+            sampler: The sampling rule.
+            mask: A logit mask for these rows only (true = allowed): BRLE runs over the
+                vocabulary, or a packed bitmask (``Matcher.packed_mask()``); it replaces
+                :meth:`mask` there.
+        """
         idx = [indices] if isinstance(indices, int) else list(indices)
+        packed = None if mask is None else self._packed(mask)
         rows: list[int] = []
         probes: list[int] = []
         for i in idx:
             if sampler.draws_tokens:
                 rows.append(len(self._samples))
-                self._samples.append(sampler.spec(i))
+                spec = sampler.spec(i)
+                self._samples.append(spec if packed is None else replace(spec, logit_mask=packed))
             extra = sampler.probe_spec(i, masked_by=rows[-1] if rows else -1)
             if extra is not None:
                 probes.append(len(self._probes))
@@ -210,27 +253,35 @@ class Forward:
 
     async def execute(self) -> Output:
         """Run the pass and return its output."""
-        return Output(await self._submit())
-
-    async def _submit(self) -> _host.RequestOutput:
-        ctx, n = self._ctx, len(self._flushed)
-        if n:
-            if ctx._buffer[:n] != self._flushed:
+        flushed = self._flushed
+        if flushed:
+            try:
+                self._pending.take(flushed)
+            except ValueError:
                 raise InvalidInput(
-                    "the context's buffer was run or changed since ctx.forward(flush=True); "
-                    "build the pass again"
-                )
-            del ctx._buffer[:n]
+                    "the context's buffer was run or changed since ctx.forward(flush=True); build the pass again"
+                ) from None
         try:
-            return await _host.forward(
-                ctx._handle(),
+            raw = await _host.forward(
+                self._handle,
                 self._tokens,
                 positions=self._positions,
                 attention_masks=self._masks,
                 logit_mask=self._logit_mask,
                 samples=self._samples,
                 probes=self._probes,
+                drafts=self._drafts,
             )
         except BaseException:
-            ctx._buffer[:0] = self._flushed[:n]
+            self._pending.restore(flushed)
             raise
+        return Output(raw)
+
+    def _no_drafts_yet(self, what: str) -> None:
+        if self._drafts:
+            raise InvalidInput(f"fwd.{what}() after fwd.draft(): drafts come after every other input")
+
+    def _packed(self, mask: Any) -> np.ndarray:
+        if isinstance(mask, np.ndarray) and mask.dtype == np.uint8:
+            return mask
+        return _grammar_host.packed_mask(self._model, list(mask))

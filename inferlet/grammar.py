@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pie_core.host import grammar as _host
 from inferlet.model import Model, Tokenizer
 
@@ -154,6 +156,23 @@ class Matcher:
             InvalidInput: The matcher is terminated (reset it to start over).
         """
         return self._h.runs()
+
+    def try_accept(self, token: int) -> bool:
+        """Advance over ``token`` if the grammar allows it next; False (state unchanged) if not."""
+        return self._h.try_accept(int(token))
+
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` accepted tokens (e.g. drafts a verifier rejected)."""
+        self._h.rollback(int(n))
+
+    def packed_mask(self) -> np.ndarray:
+        """The tokens allowed next as a packed bitmask (``uint8[ceil(vocab / 8)]``, little bit
+        order): the form ``fwd.sample(..., mask=...)`` applies with no per-token work.
+
+        Raises:
+            InvalidInput: The matcher is terminated (reset it to start over).
+        """
+        return self._h.packed()
 
     @property
     def is_terminated(self) -> bool:
