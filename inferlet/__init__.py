@@ -1,6 +1,6 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, mcp, messaging, reasoning, runtime, session, tools
+from inferlet import chat, mcp, messaging, reasoning, runtime, session, spec, tools
 from inferlet.constraints import AnyJson, Constraint, Ebnf, JsonSchema, Regex, Schema
 from inferlet.context import Context, RawContext
 from inferlet.events import Decoder, Event, EventStream
@@ -10,6 +10,7 @@ from inferlet.grammar import Grammar, GrammarConstraint, Matcher
 from inferlet.model import Model, Tokenizer
 from inferlet.probes import Distribution, Embedding, Entropy, Logits, Logprob, Logprobs
 from inferlet.sampler import Sampler
+from inferlet.spec import Speculator
 
 ForwardPass = Forward
 TokenStream = Generator
@@ -21,6 +22,7 @@ __all__ = [
     "reasoning",
     "runtime",
     "session",
+    "spec",
     "tools",
     "Context",
     "RawContext",
@@ -44,6 +46,7 @@ __all__ = [
     "Logprob",
     "Logprobs",
     "Sampler",
+    "Speculator",
     "AnyJson",
     "Constraint",
     "Ebnf",

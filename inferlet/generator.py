@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 from pie_core.host.errors import InvalidInput, Unsupported
 from pie_core.host import model as _model
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
-from inferlet.forward import Forward, Output, ProbeHandle
+from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
+from inferlet.model import Model
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
+from inferlet.spec import Speculator
 
-if TYPE_CHECKING:
-    from inferlet.context import Context
+__all__ = ["Generator", "GenStep", "MAX_DRAFTS"]
 
-__all__ = ["Generator", "GenStep"]
+_LATER = ("adapter", "zo_seed")
+MAX_DRAFTS = 16  # drafts verified per step (a speculator's further drafts count as not kept)
+SYSTEM_DRAFTS = 8  # the most the system drafter proposes per step
 
-_LATER = ("speculator", "system_speculation", "adapter", "zo_seed")
+
+class Generating(Protocol):
+    """What a generator needs of its context (``inferlet.Context`` provides it)."""
+
+    @property
+    def model(self) -> Model: ...
+
+    def buffer(self) -> list[int]: ...
+
+    def append(self, tokens: Iterable[int]) -> Any: ...
+
+    def cue(self) -> Any: ...
+
+    def forward(self, flush: bool = False) -> Forward: ...
 
 
 class Generator:
@@ -30,13 +46,15 @@ class Generator:
     Keyword options (all optional): ``max_tokens`` (stop after n accepted tokens), ``stop``
     (stop-token ids; with ``auto_flush`` they default to the chat format's), ``logit_mask``
     (BRLE applied every step), ``constrain`` (a Schema or Constraint, or a list of them, ANDed;
-    see :mod:`inferlet.constraints`), ``horizon`` (expected output length, a scheduling hint),
-    ``auto_flush`` (default True: append ``cue()`` first and use the chat stop tokens).
+    see :mod:`inferlet.constraints`), ``speculator`` (a :class:`~inferlet.spec.Speculator`) or
+    ``system_speculation=True`` (the runtime's n-gram drafter): several tokens per step, the
+    same tokens (see :mod:`inferlet.spec`), ``horizon`` (expected output length, a scheduling
+    hint), ``auto_flush`` (default True: append ``cue()`` first and use the chat stop tokens).
     """
 
     def __init__(
         self,
-        ctx: Context,
+        ctx: Generating,
         sampler: Sampler,
         *,
         max_tokens: int | None = None,
@@ -45,6 +63,8 @@ class Generator:
         horizon: int | None = None,
         auto_flush: bool = True,
         constrain: Any = None,
+        speculator: Speculator | None = None,
+        system_speculation: bool = False,
         **later: Any,
     ) -> None:
         unknown = sorted(set(later) - set(_LATER))
@@ -58,12 +78,21 @@ class Generator:
         if not sampler.draws_tokens:
             raise InvalidInput("Sampler.embedding() draws no token, so it cannot drive generate(); "
                                "read embeddings with fwd.sample(...) or g.probe_each_step(-1, Embedding())")
+        if speculator is not None and system_speculation:
+            raise InvalidInput("speculator= and system_speculation=True are mutually exclusive: pass one of them")
+        if speculator is not None and not all(callable(getattr(speculator, m, None)) for m in ("draft", "accept")):
+            raise TypeError(
+                f"speculator= needs draft() and accept() methods (inferlet.spec.Speculator); "
+                f"{type(speculator).__name__} lacks them"
+            )
         self._ctx = ctx
         self._sampler = sampler
         self._max = _check_max(max_tokens)
-        self._logit_mask = logit_mask
         self._horizon = _check_horizon(horizon)
-        self._rules: ConstraintSet | None = None  # constraints, ANDed (see inferlet.constraints)
+        self._speculator = speculator
+        self._system_speculation = bool(system_speculation)
+        # constraints and the static logit mask, ANDed (see inferlet.constraints)
+        self._rules = None if logit_mask is None else ConstraintSet(ctx.model, logit_mask)
         if constrain is not None:
             self.constrain(constrain)
         if auto_flush:
@@ -99,7 +128,7 @@ class Generator:
     def constrain(self, c: Any) -> Generator:
         """Add a constraint (a Schema, a Constraint, or a list); ANDed with those attached."""
         if self._rules is None:
-            self._rules = ConstraintSet(self._ctx.model, self._logit_mask)
+            self._rules = ConstraintSet(self._ctx.model)
         self._rules.add(c)
         return self
 
@@ -118,6 +147,11 @@ class Generator:
     def is_done(self) -> bool:
         """True once a stop token or ``max_tokens`` ended generation."""
         return self._done
+
+    @property
+    def stop_tokens(self) -> frozenset[int]:
+        """The stop set."""
+        return frozenset(self._stop)
 
     # -- driving -----------------------------------------------------------------------------
     def __aiter__(self) -> Generator:
@@ -180,6 +214,14 @@ class Generator:
             The tokens actually accepted (cut at a stop token or ``max_tokens``, and before a
             token the generator's constraints forbid).
         """
+        accepted = self._fold(tokens)
+        self._buffer(accepted)
+        if self._speculator is not None and accepted:
+            self._speculator.accept(list(accepted))
+        return accepted
+
+    def _fold(self, tokens: Iterable[int]) -> list[int]:
+        """Advance the generator's state over ``tokens``; the ones accepted."""
         accepted: list[int] = []
         for tok in tokens:
             if self._done:
@@ -194,11 +236,25 @@ class Generator:
                 self._done = True
             elif self._rules is not None and self._rules.ended:
                 self._done = True
+        return accepted
+
+    def _buffer(self, accepted: list[int]) -> None:
         # A final stop token is reported but not kept: ``ctx.seal()`` closes the turn the way
         # the chat template does, so the conversation can go on.
         keep = accepted[:-1] if accepted and accepted[-1] in self._stop else accepted
         self._ctx.append(keep)
-        return accepted
+
+    def _draft_room(self) -> int:
+        """How many drafts the next step may verify (0: it runs without speculation)."""
+        if self._speculator is None and not self._system_speculation:
+            return 0
+        s = self._sampler
+        if s.draws != 1 or s.output != "token" or self._each_step:
+            return 0
+        if self._rules is not None and not self._rules.can_speculate:
+            return 0
+        room = MAX_DRAFTS if self._max is None else min(MAX_DRAFTS, self._max - len(self._tokens) - 1)
+        return max(0, room)
 
 
 class GenStep:
@@ -223,33 +279,74 @@ class GenStep:
         return ProbeHandle(len(self._gen._each_step) + len(self._probes) - 1, probe.spec(0).kind)
 
     async def execute(self) -> Output:
-        """Run the step's forward pass and fold the sampled token into the generator."""
+        """Run the step's forward pass and fold the sampled tokens into the generator."""
         if self._executed:
             raise InvalidInput("this generator step was already executed; take the next step")
         gen, ctx = self._gen, self._gen._ctx
+        mask = None
         if gen._rules is not None:  # compile (off the loop) and mask first: a dead end runs nothing
             await gen._rules.ready()
-            gen._rules.mask()
-        tokens = ctx._take_buffer()
-        if not tokens:
+            mask = gen._rules.mask()
+        fwd = ctx.forward(flush=True)
+        n = len(ctx.buffer())
+        if not n:
             raise InvalidInput("nothing to run: the context buffer is empty (add a prompt or ctx.cue())")
-        fwd = Forward(ctx).input(tokens)
-        if gen._logit_mask is not None and gen._rules is None:
-            fwd.mask(gen._logit_mask)
+        room = gen._draft_room() if self._sample and not self._probes else 0
+        drafted, drafts, masks = self._drafts(fwd, n, room) if room else ([], [], [mask])
         for idx, probe in (*gen._each_step, *self._probes):
-            fwd.probe(idx % len(tokens) if idx < 0 else idx, probe)
+            fwd.probe(idx % n if idx < 0 else idx, probe)
         # after the probes: a Sampler.dist adds its own probe, which must not shift their handles
-        handle = fwd.sample([len(tokens) - 1], gen._sampler) if self._sample else None
-        if gen._rules is not None:
-            gen._rules.attach(fwd)
+        handle = None
+        if self._sample:
+            fwd.draft(drafts)
+            rows = [fwd.sample([n - 1 + i], gen._sampler, mask=m) for i, m in enumerate(masks)]
+            handle = rows[0] if len(rows) == 1 else SampleHandle(tuple(r.rows[0] for r in rows))
         self._executed = True
-        try:
-            raw = await fwd._submit()
-        except BaseException:
-            ctx._buffer = tokens + ctx._buffer
-            raise
-        accepted = gen.accept(raw.tokens[handle.rows[0]]) if handle is not None else []
+        out = await fwd.execute()
+        raw = out.raw
+        if handle is None:
+            return Output(raw, [], None)
+        if not drafts:
+            run = list(raw.tokens[handle.rows[0]])
+        else:
+            run = [raw.tokens[r][0] for r in handle.rows[: raw.drafts_kept + 1]]
+        accepted = gen._fold(run)
+        # drafts the context kept are in its KV already; the rest of the run waits in the buffer
+        kept = raw.drafts_kept
+        if len(accepted) < kept:  # the drafts were cut to make this impossible
+            raise RuntimeError(f"generator bug: {kept} drafts kept in the KV but {len(accepted)} tokens accepted")
+        gen._buffer(accepted[kept:])
+        spec = gen._speculator
+        if spec is not None and accepted:
+            spec.accept(list(accepted))
+            rejected = len(drafted) - kept
+            if rejected > 0 and callable(getattr(spec, "rollback", None)):
+                spec.rollback(rejected)
         return Output(raw, accepted, handle)
+
+    def _drafts(self, fwd: Forward, n: int, room: int) -> tuple[list[int], list[int], list[Any]]:
+        """The step's drafts: what the drafter proposed, the usable prefix, and the mask for
+        the row before each usable draft and after the last."""
+        gen = self._gen
+        if gen._speculator is not None:
+            drafted, positions = gen._speculator.draft()
+            drafted, positions = [int(t) for t in drafted], [int(p) for p in positions]
+            start = fwd.start_position() + n
+            if positions != list(range(start, start + len(drafted))):
+                raise InvalidInput(
+                    f"speculator.draft() must return one position per token, continuing the context from {start}; "
+                    f"got tokens {drafted[:8]} at positions {positions[:8]}"
+                )
+        else:
+            drafted = fwd.system_drafts(min(room, SYSTEM_DRAFTS))
+        drafts = drafted[:room]
+        if gen._rules is not None:
+            masks = gen._rules.masks_along(drafts, gen._stop)
+            drafts = drafts[: len(masks) - 1]
+        else:  # a stop token can only end a step, never sit in the KV as a kept draft
+            drafts = drafts[: next((i for i, t in enumerate(drafts) if t in gen._stop), len(drafts))]
+            masks = [None] * (len(drafts) + 1)
+        return drafted, drafts, masks
 
 
 def _check_horizon(n: int | None) -> int | None:
