@@ -88,3 +88,22 @@ def test_a_pool_that_runs_out_charges_the_account_nothing():
     assert account.held == 4
     ctx.release()
     assert account.held == 0 and pool.free_count == 4
+
+
+def test_held_drafts_stay_working_until_settled_and_rejected_ones_free_their_pages():
+    pool = PagePool(8, 4)
+    ctx = KvContext(pool)
+    _write(ctx, 3)
+    ctx.plan_write(7)  # 2 inputs + 5 drafts: slots 3..9, pages 0..2
+    ctx.advance([7, 8, 1, 2, 3, 4, 5], list(range(3, 10)), hold=5)
+    assert ctx.committed == 1  # slots 0..4 hold no draft: page 0 full of kept tokens only
+    ctx.settle(4)  # one draft kept: slots 0..5
+    assert ctx.length == 6 and ctx.tokens == [0, 1, 2, 7, 8, 1] and ctx.committed == 1
+    assert len(ctx.pages) == 2 and pool.used_count == 2  # page 2 held only rejected drafts
+    ctx.plan_write(2)
+    ctx.advance([9, 9], [6, 7], hold=2)
+    assert ctx.committed == 1  # page 1 is full, but of drafts still unverified
+    ctx.settle(0)
+    assert ctx.committed == 2 and ctx.length == 8
+    ctx.release()
+    assert pool.is_whole()

@@ -220,3 +220,81 @@ def test_bad_speculators_get_clear_errors_and_lose_nothing(dummy):
 def test_the_protocol_is_runtime_checkable():
     assert isinstance(Oracle([], 0), Speculator)
     assert not isinstance(object(), Speculator)
+
+
+def test_a_raw_pass_with_drafts_keeps_the_matching_run_and_frees_rejected_pages(dummy):
+    async def next_token(ctx: Context, token: int) -> int:
+        fwd = ctx.forward()
+        fwd.input([token])
+        h = fwd.sample([0], Sampler.argmax())
+        return (await fwd.execute()).token(h)
+
+    async def main(_):
+        with Context(_model()) as ctx:
+            ps = ctx.page_size
+            ctx.append(list(range(10, 10 + ps - 3)))  # the drafts will cross a page boundary
+            await ctx.flush()
+            with ctx.fork() as twin:  # learn what the model says after 5, to draft it right
+                right = await next_token(twin, 5)
+            before = ctx.seq_len
+            fwd = ctx.forward()
+            fwd.input([5]).draft([right, 8, 9, 11])
+            h = fwd.sample(list(range(5)), Sampler.argmax())
+            out = await fwd.execute()
+            raw = ctx.inner()
+            pages = raw.committed_page_count(), raw.working_page_count()
+            return before, out.tokens_at(h), out.raw.drafts_kept, ctx.seq_len, pages, ps, right
+
+    before, sampled, kept, seq_len, (committed, working), ps, right = dummy.value(main)
+    assert sampled[0] == right
+    expect = 1 + next((i for i, (d, s) in enumerate(zip([8, 9, 11], sampled[1:])) if d != s), 3)
+    assert kept == expect and seq_len == before + 1 + kept
+    # full pages of kept tokens are committed; no page is left holding only rejected drafts
+    assert committed == seq_len // ps and committed + working == -(-seq_len // ps)
+
+
+def test_a_pass_with_drafts_is_checked_before_anything_runs(dummy):
+    async def main(_):
+        errors = []
+        with Context(_model()) as ctx:
+            ctx.append([1, 2, 3])
+            for build in (
+                lambda f: f.draft([4, 5]) and f.sample([2, 3], Sampler.argmax()),  # row 4 unsampled
+                lambda f: f.draft([4]) and f.sample([2, 3], Sampler.multinomial(draws=2)),
+                lambda f: f.draft([4]).attention_mask([[0, 4]] * 4) and f.sample([2, 3], Sampler.argmax()),
+            ):
+                fwd = ctx.forward(flush=True)
+                build(fwd)
+                try:
+                    await fwd.execute()
+                except InvalidInput as e:
+                    errors.append(str(e))
+            try:
+                ctx.forward().draft([1]).input([2])
+            except InvalidInput as e:
+                errors.append(str(e))
+            return errors, ctx.buffer(), ctx.seq_len
+
+    errors, buffer, seq_len = dummy.value(main)
+    assert "row 4 is not sampled" in errors[0]
+    assert "one draw" in errors[1]
+    assert "custom attention masks" in errors[2]
+    assert "drafts come after every other input" in errors[3]
+    assert buffer == [1, 2, 3] and seq_len == 0
+
+
+def test_a_wrong_sized_row_mask_is_refused_at_the_host(dummy):
+    import numpy as np
+
+    async def main(_):
+        with Context(_model()) as ctx:
+            ctx.append([1, 2])
+            fwd = ctx.forward(flush=True)
+            fwd.sample([1], Sampler.argmax(), mask=np.zeros(3, dtype=np.uint8))
+            try:
+                await fwd.execute()
+            except InvalidInput as e:
+                return str(e), ctx.buffer()
+
+    message, buffer = dummy.value(main)
+    assert "packed uint8 array" in message and buffer == [1, 2]
