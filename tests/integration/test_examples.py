@@ -162,3 +162,11 @@ def test_interactive_chat_keeps_the_conversation_across_turns(cpu_engine):
     assert "Alice" in out["replies"][1]
     streamed = "".join(e.value for e in events if e.kind == "stdout")
     assert out["replies"][0] in streamed and out["replies"][1] in streamed
+
+
+def test_speculative_decoding_gives_the_same_text_in_fewer_steps(cpu_engine):
+    out, _ = run_example(cpu_engine, "speculative-decoding", {"max_tokens": 24})
+    runs = {r["mode"]: r for r in out["runs"]}
+    assert out["same_text"] and runs["none"]["text"].startswith("def average_price(")
+    assert runs["none"]["steps"] == runs["none"]["tokens"] == 24
+    assert runs["custom"]["steps"] < 24 and runs["system"]["steps"] < 24

@@ -30,6 +30,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "output-validation": {"candidates": "Paris,Berlin"},
     "parallel-generation": {"n": 2, "max_tokens": 4},
     "regex-extract": {"max_tokens": 6},
+    "speculative-decoding": {"max_tokens": 6},
     "text-completion": {"prompt": "Hi.", "max_tokens": 4},
     "tool-agent": {"max_rounds": 1, "max_tokens": 6},
     "tree-of-thought": {"breadth": 2, "depth": 1, "thought_tokens": 3},
