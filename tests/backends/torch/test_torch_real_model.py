@@ -117,3 +117,37 @@ def test_default_cpu_mode_decodes_tokens_transformers_ranks_at_the_top(auto_engi
     gap = ref.max(axis=1) - chosen  # 0 where transformers would have picked the same token
     assert np.mean(gap == 0) >= 0.85, f"only {np.mean(gap == 0):.2f} of the tokens are transformers' own argmax"
     assert gap.max() < 1.0, f"a decoded token is {gap.max():.2f} logits below transformers' best"
+
+
+CODE = '''def is_prime(n):
+    if n < 2:
+        return False
+    for d in range(2, int(n ** 0.5) + 1):
+        if n % d == 0:
+            return False
+    return True
+'''
+
+
+async def _greedy_rewrite(payload) -> tuple[list[int], int]:
+    model = Model.load(runtime.models()[0])
+    with Context(model) as ctx:
+        ctx.user("Rename is_prime to check_prime in this code. Reply with the code only.\n\n" + CODE)
+        options = {"system_speculation": True} if payload.get("speculate") else {}
+        g = ctx.generate(Sampler.argmax(), max_tokens=40, **options)
+        steps = 0
+        async for step in g:
+            await step.execute()
+            steps += 1
+        return await g.collect_tokens(), steps
+
+
+def test_system_speculation_gives_the_default_modes_greedy_tokens(auto_engine):
+    def run(speculate: bool):
+        final = asyncio.run(run_main(auto_engine, _greedy_rewrite, {"speculate": speculate}, lambda e: None))
+        assert final.kind == "return", final.value
+        return final.value
+
+    (plain, plain_steps), (sped, sped_steps) = run(False), run(True)
+    assert sped == plain and sped_steps < plain_steps / 2
+    assert auto_engine.pools_whole()
