@@ -31,4 +31,5 @@ def system_draft(ctx: HostContext, pending: Sequence[int], limit: int) -> list[i
         raise InvalidInput("pending must be a list of token ids")
     if ctx.drafter is None:
         ctx.drafter = NgramDrafter()
-    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit)
+    load = ctx.model.batcher.last_batch_requests
+    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit, load)

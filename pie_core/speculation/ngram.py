@@ -8,9 +8,14 @@ continues, updated as the context grows, and proposes up to ``length`` tokens fr
 
 The length adapts to how many of its drafts were kept (it scores each proposal against the
 tokens the context holds at the next call): +2 after a proposal kept whole, -1 otherwise
-(at least 1). When the kept share (an exponential average) falls below ``LOW``, it proposes
-nothing for a while, and for twice as long after each further poor proposal (up to
-``MAX_PAUSE`` steps), so text that does not repeat costs next to nothing.
+(at least 1). When the kept share (an exponential average, starting at one half) falls below
+the bar, it proposes nothing for a while, and for twice as long after each further poor
+proposal (up to ``MAX_PAUSE`` steps), so text that does not repeat costs next to nothing.
+
+The bar rises with the model's load (``load``: requests in its last batch). Alone on the
+model a draft row costs a fraction of a step (the weights are read once for all rows), so a
+kept share of ``LOW`` pays; in a full batch every row costs compute that other requests wait
+for, so only text that repeats reliably (``BUSY_LOW`` from ``BUSY`` requests up) is drafted.
 
 Drafts never change what is generated (the verifier keeps only drafts equal to what the model
 samples), so a stale or wrong guess costs time, never correctness.
@@ -27,6 +32,8 @@ MAX_NGRAM = 4
 START_LENGTH = 4
 MAX_LENGTH = 8
 LOW = 0.3
+BUSY = 4
+BUSY_LOW = 0.7
 MAX_PAUSE = 32
 WINDOW = 16384  # the index covers at most the last WINDOW tokens (bounded memory per context)
 _DECAY = 0.5
@@ -38,7 +45,7 @@ class NgramDrafter:
     def __init__(self, max_length: int = MAX_LENGTH) -> None:
         self.max_length = max_length
         self.length = min(START_LENGTH, max_length)
-        self.kept_share = 1.0  # exponential average of kept / proposed
+        self.kept_share = 0.5  # exponential average of kept / proposed
         self.proposed = 0  # drafts proposed in all
         self.kept = 0  # of which the context kept
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(MIN_NGRAM, MAX_NGRAM + 1)}
@@ -47,10 +54,11 @@ class NgramDrafter:
         self._pause = 0  # proposals still to sit out
         self._next_pause = 1
 
-    def propose(self, history: Sequence[int], limit: int) -> list[int]:
+    def propose(self, history: Sequence[int], limit: int, load: int = 1) -> list[int]:
         """Up to ``limit`` tokens likely to follow ``history`` (the context's tokens so far,
-        including those about to run); ``[]`` when nothing matches or drafting pauses."""
-        self._score(history)
+        including those about to run); ``[]`` when nothing matches or drafting pauses.
+        ``load`` is the number of requests in the model's last batch."""
+        self._score(history, BUSY_LOW if load >= BUSY else LOW)
         self._extend_index(history)
         if limit <= 0 or self._pause > 0:
             self._pause = max(0, self._pause - 1)
@@ -86,7 +94,7 @@ class NgramDrafter:
                     table[tuple(history[e + 1 - n : e + 1])] = e + 1
         self._indexed = max(self._indexed, end - 1)
 
-    def _score(self, history: Sequence[int]) -> None:
+    def _score(self, history: Sequence[int], bar: float) -> None:
         if self._last is None:
             return
         at, drafts = self._last
@@ -105,7 +113,7 @@ class NgramDrafter:
             self.length = min(self.max_length, self.length + 2)
         else:
             self.length = max(1, self.length - 1)
-        if self.kept_share < LOW:
+        if self.kept_share < bar:
             self._pause = self._next_pause
             self._next_pause = min(MAX_PAUSE, self._next_pause * 2)
         elif kept:

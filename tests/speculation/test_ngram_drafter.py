@@ -67,3 +67,17 @@ def test_the_index_stays_bounded(monkeypatch):
         history.append((i * 7919) % 1000)
         d.propose(history, 1)
     assert all(len(t) <= 2 * 64 + 1 for t in d._index.values())
+
+
+def test_a_busy_model_raises_the_bar_for_drafting():
+    history = _text("0123456789abcdefghij0123")
+
+    def after_half_kept(load: int) -> list[int]:
+        d = NgramDrafter()
+        drafts = d.propose(history, 4, load)
+        assert drafts == _text("4567")
+        grown = history + _text("45") + _text("#")  # two of four kept
+        return d.propose(grown + _text("0123"), 4, load)
+
+    assert after_half_kept(1) == _text("45#")  # alone on the model: half kept pays
+    assert after_half_kept(ngram.BUSY) == []  # in a busy batch it does not: drafting pauses
