@@ -6,6 +6,7 @@ Each context gets its own :class:`~pie_core.speculation.ngram.NgramDrafter` on f
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from pie_core.errors import InvalidInput
@@ -31,5 +32,4 @@ def system_draft(ctx: HostContext, pending: Sequence[int], limit: int) -> list[i
         raise InvalidInput("pending must be a list of token ids")
     if ctx.drafter is None:
         ctx.drafter = NgramDrafter()
-    load = ctx.model.batcher.last_batch_requests
-    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit, load)
+    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit, time.perf_counter(), len(pending) == 1)

@@ -107,11 +107,6 @@ class Batcher:
         return self._forward(batch)
 
     @property
-    def last_batch_requests(self) -> int:
-        """Requests in the batch that ran last (1 before the first): how busy the model is."""
-        return self._last_size
-
-    @property
     def queued(self) -> int:
         return len(self._queue)
 

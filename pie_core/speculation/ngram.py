@@ -8,14 +8,18 @@ continues, updated as the context grows, and proposes up to ``length`` tokens fr
 
 The length adapts to how many of its drafts were kept (it scores each proposal against the
 tokens the context holds at the next call): +2 after a proposal kept whole, -1 otherwise
-(at least 1). When the kept share (an exponential average, starting at one half) falls below
-the bar, it proposes nothing for a while, and for twice as long after each further poor
-proposal (up to ``MAX_PAUSE`` steps), so text that does not repeat costs next to nothing.
+(at least 1). After a poor proposal it proposes nothing for a while, and for twice as long
+after each further poor one (up to ``MAX_PAUSE`` steps), so text that does not repeat costs
+next to nothing.
 
-The bar rises with the model's load (``load``: requests in its last batch). Alone on the
-model a draft row costs a fraction of a step (the weights are read once for all rows), so a
-kept share of ``LOW`` pays; in a full batch every row costs compute that other requests wait
-for, so only text that repeats reliably (``BUSY_LOW`` from ``BUSY`` requests up) is drafted.
+What is poor depends on what a draft costs, which depends on the backend and on the batch the
+context shares (a NumPy matrix-vector product turns into a slower matrix-matrix one; in a full
+batch every row is compute others wait for). So the drafter times the decode steps of its own
+context (the time between its calls) with and without drafts and keeps exponential averages:
+a proposal is poor when the tokens a drafting step yields (kept drafts + 1) are fewer than its
+time over a plain step's (it sits a step out to time one if it has none). Until both times
+are known, poor means a kept share (an
+exponential average from one half) under ``LOW``.
 
 Drafts never change what is generated (the verifier keeps only drafts equal to what the model
 samples), so a stale or wrong guess costs time, never correctness.
@@ -32,8 +36,6 @@ MAX_NGRAM = 4
 START_LENGTH = 4
 MAX_LENGTH = 8
 LOW = 0.3
-BUSY = 4
-BUSY_LOW = 0.7
 MAX_PAUSE = 32
 WINDOW = 16384  # the index covers at most the last WINDOW tokens (bounded memory per context)
 _DECAY = 0.5
@@ -53,19 +55,29 @@ class NgramDrafter:
         self._last: tuple[int, list[int]] | None = None  # (position, drafts) of the last proposal
         self._pause = 0  # proposals still to sit out
         self._next_pause = 1
+        self.step_s: dict[bool, float | None] = {False: None, True: None}  # decode step time, by drafted
+        self.yield_per_draft_step: float | None = None  # kept drafts + 1, averaged
+        self._prev: tuple[float, bool] | None = None  # (time, drafted) of the last decode step's call
 
-    def propose(self, history: Sequence[int], limit: int, load: int = 1) -> list[int]:
+    def propose(self, history: Sequence[int], limit: int, now: float | None = None, decode: bool = True) -> list[int]:
         """Up to ``limit`` tokens likely to follow ``history`` (the context's tokens so far,
         including those about to run); ``[]`` when nothing matches or drafting pauses.
-        ``load`` is the number of requests in the model's last batch."""
-        self._score(history, BUSY_LOW if load >= BUSY else LOW)
+
+        ``now`` (seconds, monotonic) times the steps between calls; ``decode`` says this step
+        runs one token (a longer step, such as the prompt's, is not timed)."""
+        if now is not None and self._prev is not None:
+            at, drafted = self._prev
+            old = self.step_s[drafted]
+            self.step_s[drafted] = now - at if old is None else _DECAY * old + (1 - _DECAY) * (now - at)
+        self._score(history)
         self._extend_index(history)
-        if limit <= 0 or self._pause > 0:
-            self._pause = max(0, self._pause - 1)
-            return []
-        drafts = self._lookup(history, min(limit, self.length))
+        drafts: list[int] = []
+        if limit > 0 and self._pause == 0:
+            drafts = self._lookup(history, min(limit, self.length))
+        self._pause = max(0, self._pause - 1)
         if drafts:
             self._last = (len(history), drafts)
+        self._prev = (now, bool(drafts)) if now is not None and decode else None
         return drafts
 
     def _lookup(self, history: Sequence[int], limit: int) -> list[int]:
@@ -94,7 +106,7 @@ class NgramDrafter:
                     table[tuple(history[e + 1 - n : e + 1])] = e + 1
         self._indexed = max(self._indexed, end - 1)
 
-    def _score(self, history: Sequence[int], bar: float) -> None:
+    def _score(self, history: Sequence[int]) -> None:
         if self._last is None:
             return
         at, drafts = self._last
@@ -109,12 +121,22 @@ class NgramDrafter:
         self.proposed += len(drafts)
         self.kept += kept
         self.kept_share = _DECAY * self.kept_share + (1 - _DECAY) * kept / len(drafts)
+        old = self.yield_per_draft_step
+        self.yield_per_draft_step = kept + 1 if old is None else _DECAY * old + (1 - _DECAY) * (kept + 1)
         if kept == len(drafts):
             self.length = min(self.max_length, self.length + 2)
         else:
             self.length = max(1, self.length - 1)
-        if self.kept_share < bar:
+        if self.step_s[False] is None and self.step_s[True] is not None:
+            self._pause = max(self._pause, 1)  # sit one step out to time a plain one
+        if self._poor():
             self._pause = self._next_pause
             self._next_pause = min(MAX_PAUSE, self._next_pause * 2)
         elif kept:
             self._next_pause = 1
+
+    def _poor(self) -> bool:
+        plain, drafting = self.step_s[False], self.step_s[True]
+        if plain is None or drafting is None or self.yield_per_draft_step is None:
+            return self.kept_share < LOW
+        return self.yield_per_draft_step < drafting / plain
