@@ -263,6 +263,15 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def report(table: str, result: dict[str, Any], path: str | None) -> None:
+    """Print ``table``; with ``path``, also write ``result`` there as JSON."""
+    print(table)
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        log(f"wrote {path}")
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
@@ -400,11 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     result["machine"]["loadavg_end"] = os.getloadavg()[0]
-    print(render(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        log(f"wrote {args.json}")
+    report(render(result), result, args.json)
     return 0
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -43,7 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from decode import batcher_delta, batcher_snapshot, log, machine  # noqa: E402
+from decode import batcher_delta, batcher_snapshot, log, machine, report  # noqa: E402
 from inferlet import Context, Model, Sampler, runtime
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
@@ -283,11 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         result["rows"] += bench_backend(backend, sizes[backend], repeats)
     result["machine"]["loadavg_end"] = os.getloadavg()[0]
-    print(render(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
-        log(f"wrote {args.json}")
+    report(render(result), result, args.json)
     return 0
 
 
