@@ -244,3 +244,47 @@ def test_a_self_referencing_argument_fails_in_the_inferlet_not_the_server(hostil
         await victim_is_served(s)
 
     hostile(scenario)
+
+
+DRAFT_ATTACK = '''
+import numpy as np
+from inferlet import Context, Model, Sampler, runtime
+from pie_core.host import inference, speculation
+from pie_core.scheduler.request import SampleSpec
+
+
+async def main(input):
+    refused = []
+    with Context(Model.load(runtime.models()[0])) as ctx:
+        ctx.append([1, 2, 3])
+        await ctx.flush()
+        handle = ctx._ctx
+        attempts = [
+            lambda: inference.forward(handle, [4], samples=[SampleSpec(0, logit_mask=np.zeros(3, np.uint8))]),
+            lambda: inference.forward(handle, [4, 5], samples=[SampleSpec(0), SampleSpec(1)], drafts=2),
+            lambda: inference.forward(handle, [4, 5], samples=[SampleSpec(0)], drafts=1),
+        ]
+        for attempt in attempts:
+            try:
+                await attempt()
+            except Exception as e:
+                refused.append(type(e).__name__)
+        for args in ((["x"], 4), ([4], 10 ** 9), ([4], -1)):
+            try:
+                speculation.system_draft(handle, *args)
+            except Exception as e:
+                refused.append(type(e).__name__)
+        return {"refused": refused, "seq_len": ctx.seq_len}
+'''
+
+
+def test_hostile_draft_passes_and_masks_are_refused_and_alice_is_served(hostile, tmp_path):
+    program = write_program(tmp_path / "drafts", DRAFT_ATTACK)
+
+    async def scenario(s):
+        async with await connect(s.url, TOKENS["mallory"]) as mallory:
+            value = await (await mallory.launch(await mallory.install(program), {})).wait()
+            assert value == {"refused": ["InvalidInput"] * 6, "seq_len": 3}  # nothing was written
+        await victim_is_served(s)
+
+    hostile(scenario)
