@@ -11,7 +11,9 @@ backend declares in ``Capabilities.features`` (and ``BackendInfo.features``). Th
 sends a batch that needs an undeclared feature (the inferlet gets ``Unsupported`` instead), so a
 backend written for an older minor keeps working unchanged. A major bump changes what existing
 hooks or fields mean, and older backends are refused. History: 1.1 added ``ProbeKind.EMBEDDING``
-(feature ``"embeddings"``).
+(feature ``"embeddings"``); 1.2 ``BackendOptions.weights_key``; 1.3 the adapter hooks
+(``pie_backend_adapter_*``, feature ``"adapters"``, and ``pie_backend_adapter_zo`` with feature
+``"zo"``) and ``Capabilities.max_adapters`` / ``max_adapter_rank``.
 
 Every array is a numpy array; integer arrays are int32 unless said otherwise. The core builds
 batches; the backend never sees Python lists per token. Hooks are called from one backend worker
@@ -44,7 +46,7 @@ __all__ = [
     "BackendSpec",
 ]
 
-CONTRACT_VERSION = "1.2"
+CONTRACT_VERSION = "1.3"
 """Major.minor of this contract. A plugin whose major differs is refused at registration; any
 minor of the same major is accepted (minors only add optional, feature-gated capabilities)."""
 
@@ -131,7 +133,13 @@ class Capabilities:
     device: str
     features: frozenset[str] = frozenset()
     """Subset of ``{"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo",
-    "offload", "system_speculation"}``. ``"embeddings"`` (contract 1.1): EMBEDDING probe rows."""
+    "offload", "system_speculation"}``. ``"embeddings"`` (contract 1.1): EMBEDDING probe rows.
+    ``"adapters"`` (1.3): the adapter hooks and ``adapter_ids``; ``"zo"`` (1.3): ``zo_seeds`` and
+    ``pie_backend_adapter_zo``."""
+    max_adapters: int = 0
+    """Adapters the backend holds at once (created and not destroyed); 0 without ``"adapters"``."""
+    max_adapter_rank: int = 0
+    """Largest LoRA rank the backend accepts; 0 without ``"adapters"``."""
 
     def check_limits(self, batch: ForwardBatch) -> None:
         """Refuse a batch beyond the declared limits (call it first in ``pie_backend_forward``).
@@ -184,7 +192,12 @@ class ForwardBatch:
         EMBEDDING rows read the hidden state, not the logits: a row probed only for its
         embedding needs no logits (see ``pie_core.sampling.logit_rows``/``hidden_rows``).
 
-    Adapters: adapter_ids[R] (-1 none), zo_seeds[R] (int64, 0 none).
+    Adapters: adapter_ids[R] (-1 none): request r runs with that adapter's LoRA deltas on every
+    projection it adapts (see :mod:`pie_core.lora`). zo_seeds[R] (int64, 0 none): request r runs
+    its adapter's mean weights plus ``sigma * zo_noise(seed)`` (sigma as last set by
+    ``pie_backend_adapter_zo``); a nonzero seed comes only with an adapter. Requests with
+    different adapters, seeds and none share one batch; the backend groups rows by
+    ``(adapter, seed)``.
     """
 
     token_ids: np.ndarray
@@ -295,4 +308,71 @@ class BackendSpec:
             kind: Direction. Device page ids index the device pool; host ids the host pool.
             src: int32 page ids to read.
             dst: int32 page ids to write, same length as ``src``.
+        """
+
+    # Adapters (feature "adapters", contract 1.3). Tensors are named and shaped as in
+    # pie_core.lora; the core numbers adapters in [0, max_adapters) and reuses an id only after
+    # destroying the adapter that held it.
+
+    @hookspec(firstresult=True)
+    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
+        """Hold a new adapter of ``rank`` over every target of every layer, all weights zero (it
+        changes nothing until loaded or moved by zo).
+
+        Raises:
+            ValueError: ``adapter_id`` is held already, ``rank`` is outside
+                ``[1, max_adapter_rank]``, or ``max_adapters`` are held.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
+        """Replace a held adapter's weights (its targets and rank may change; targets absent from
+        ``tensors`` add nothing). Perturbed copies cached for zo seeds are dropped.
+
+        Args:
+            adapter_id: A held adapter.
+            tensors: float32 arrays by :func:`pie_core.lora.tensor_name`, checked with
+                :func:`pie_core.lora.check_tensors`.
+            scaling: Multiplies every ``B @ A`` delta.
+
+        Raises:
+            ValueError: Unknown id or a tensor that fails the check; the adapter is unchanged.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:  # type: ignore[empty-body]
+        """The mean weights of a held adapter: float32 copies by tensor name (zo's sigma is not
+        applied).
+
+        Raises:
+            ValueError: Unknown id.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
+        """Release a held adapter and everything cached for it; its id may be reused.
+
+        Raises:
+            ValueError: Unknown id.
+        """
+
+    @hookspec(firstresult=True)
+    def pie_backend_adapter_zo(
+        self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray
+    ) -> None:
+        """Move a held adapter's mean and set its perturbation scale (feature ``"zo"``).
+
+        Every tensor ``T`` of the adapter becomes ``T + sum_i coefficients[i] *
+        zo_noise(seeds[i], index(T))`` (:func:`pie_core.lora.moved`); afterwards a pass with zo
+        seed ``s`` runs ``T + sigma * zo_noise(s, index(T))`` (:func:`pie_core.lora.perturbed`).
+        Empty ``seeds`` only sets ``sigma``.
+
+        Args:
+            adapter_id: A held adapter.
+            sigma: Perturbation scale, finite and >= 0.
+            seeds: int64 zo seeds (nonzero).
+            coefficients: float32, one per seed.
+
+        Raises:
+            ValueError: Unknown id, lengths differ, or a value is out of range; nothing changes.
         """
