@@ -40,7 +40,7 @@ def test_pool_is_sized_from_the_memory_budget():
     assert caps.num_pages == 37 and caps.page_size == 8 and caps.num_host_pages > 0
     assert caps.vocab_size == spec.vocab_size and caps.dtype == "float32"
     assert {"custom_mask", "logit_mask", "probes"} <= caps.features
-    assert "adapters" not in caps.features
+    assert {"adapters", "zo"} <= caps.features
 
 
 def test_explicit_page_counts_win():

@@ -1,4 +1,5 @@
-"""``CpuBackend``: the hook implementations of the NumPy reference backend."""
+"""``CpuBackend``: the hook implementations of the NumPy reference backend (adapters and zo
+included; see ``adapters``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pie_core.hookspec import (
 from pie_core.models.spec import ModelSpec
 from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
+from pie_backend_cpu.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS, AdapterStore
 from pie_backend_cpu.kv_store import KvStore, page_bytes
 from pie_backend_cpu.layout import check_batch
 from pie_backend_cpu.model import Transformer
@@ -33,6 +35,8 @@ __all__ = [
     "MAX_MASK_BYTES",
     "DEFAULT_HOST_PAGES",
     "MAX_BUDGET_PAGES",
+    "MAX_ADAPTERS",
+    "MAX_ADAPTER_RANK",
 ]
 
 MAX_BATCH_TOKENS = 8192
@@ -48,7 +52,7 @@ DEFAULT_HOST_PAGES = 64
 MAX_BUDGET_PAGES = 1 << 16
 """Cap on a pool sized from ``kv_memory_bytes`` (tiny models would otherwise get millions of
 pages, and the core keeps per-page bookkeeping)."""
-FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload"})
+FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo", "offload"})
 
 
 def _package_version() -> str:
@@ -70,6 +74,7 @@ class CpuBackend:
         self._model: Transformer | None = None
         self._store: KvStore | None = None
         self._caps: Capabilities | None = None
+        self._adapters: AdapterStore | None = None
         self._rng = np.random.default_rng()
 
     @hookimpl
@@ -115,6 +120,7 @@ class CpuBackend:
             spec.num_layers, num_pages, host_pages, options.page_size, spec.num_kv_heads, spec.head_dim
         )
         self._model = Transformer(spec, model_weights, self._store)
+        self._adapters = AdapterStore(spec)
         self._caps = Capabilities(
             page_size=options.page_size,
             num_pages=num_pages,
@@ -127,6 +133,8 @@ class CpuBackend:
             dtype="float32",
             device="cpu",
             features=FEATURES,
+            max_adapters=MAX_ADAPTERS,
+            max_adapter_rank=MAX_ADAPTER_RANK,
         )
         return self._caps
 
@@ -144,17 +152,20 @@ class CpuBackend:
     @hookimpl
     def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:
         """Write K/V, attend, and sample/probe the requested rows (EMBEDDING probes read the
-        final hidden state after the output norm).
+        final hidden state after the output norm). Requests with an adapter run its LoRA deltas,
+        perturbed by their zo seed.
 
         Raises:
             RuntimeError: No model is loaded yet.
-            ValueError: The batch is inconsistent (lengths, ranges, slots, masks).
+            ValueError: The batch is inconsistent (lengths, ranges, slots, masks), names an
+                adapter not held, or has a zo seed without an adapter (refused before any write).
         """
         model, caps = self._loaded()
         caps.check_limits(batch)
         check_batch(batch, caps.vocab_size, caps.num_pages, caps.page_size)
+        adapters = self._held_adapters().groups(batch)
         rows = logit_rows(batch)
-        logits, hidden = model.forward(batch, rows, hidden_rows(batch))
+        logits, hidden = model.forward(batch, rows, hidden_rows(batch), adapters)
         return sample_and_probe(batch, rows, logits, self._rng, hidden)
 
     @hookimpl
@@ -168,6 +179,66 @@ class CpuBackend:
         self._loaded()
         assert self._store is not None
         self._store.copy(kind, src, dst)
+
+    @hookimpl
+    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
+        """Hold a new zero adapter of ``rank`` over every target of every layer.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: The id is negative or held, ``rank`` is outside ``[1, MAX_ADAPTER_RANK]``,
+                ``scaling`` is not finite, or ``MAX_ADAPTERS`` are held.
+        """
+        self._held_adapters().create(adapter_id, rank, scaling)
+
+    @hookimpl
+    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
+        """Replace a held adapter's tensors and scaling; its cached zo perturbations are dropped.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id, non-finite ``scaling``, or a tensor failing
+                ``pie_core.lora.check_tensors``; the adapter is unchanged.
+        """
+        self._held_adapters().load(adapter_id, tensors, scaling)
+
+    @hookimpl
+    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:
+        """float32 copies of a held adapter's mean tensors, by name.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id.
+        """
+        return self._held_adapters().save(adapter_id)
+
+    @hookimpl
+    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
+        """Release a held adapter and its cached zo perturbations.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id.
+        """
+        self._held_adapters().destroy(adapter_id)
+
+    @hookimpl
+    def pie_backend_adapter_zo(
+        self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray
+    ) -> None:
+        """Move a held adapter's mean (``pie_core.lora.moved``) and set its zo ``sigma``.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id, ``sigma`` not finite and >= 0, lengths differ, a zero or
+                non-integer seed, or a non-finite coefficient; nothing changes.
+        """
+        self._held_adapters().zo(adapter_id, sigma, seeds, coefficients)
+
+    def _held_adapters(self) -> AdapterStore:
+        if self._adapters is None:
+            raise RuntimeError("no model loaded: call pie_backend_load_model first")
+        return self._adapters
 
     def _loaded(self) -> tuple[Transformer, Capabilities]:
         if self._model is None or self._caps is None:

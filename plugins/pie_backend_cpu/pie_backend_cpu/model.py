@@ -3,7 +3,8 @@
 Dense layers run as one GEMM over all N tokens of the batch (prefill and decode rows mixed);
 attention is vectorised per request or per decode group (see ``attention``). Logits are only
 computed for the rows the batch samples or probes, final hidden states only for the rows it
-probes for embeddings.
+probes for embeddings. Requests running an adapter add its LoRA deltas to the four fused
+projections, one low-rank product per ``(adapter, zo seed)`` group (see ``lora_deltas``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pie_core.models.spec import ModelSpec
 from pie_backend_cpu.attention import attend
 from pie_backend_cpu.kv_store import KvStore
 from pie_backend_cpu.layout import BatchLayout, build_layout, write_targets
+from pie_backend_cpu.lora_deltas import TokenGroup, add_deltas
 from pie_backend_cpu.rope import RopeTables, apply_rope
 from pie_backend_cpu.weights import LayerWeights, ModelWeights
 
@@ -68,7 +70,11 @@ class Transformer:
         self.window = spec.sliding_window if any(spec.is_sliding(i) for i in range(spec.num_layers)) else None
 
     def forward(
-        self, batch: ForwardBatch, rows: np.ndarray, hidden_rows: np.ndarray | None = None
+        self,
+        batch: ForwardBatch,
+        rows: np.ndarray,
+        hidden_rows: np.ndarray | None = None,
+        adapters: tuple[TokenGroup, ...] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
         """Write the batch's K/V, run every layer, and return what the requested rows need.
 
@@ -77,6 +83,7 @@ class Transformer:
             rows: Token indices (into the batch's N tokens) whose logits are returned.
             hidden_rows: Token indices whose final hidden state (after the final norm) is
                 returned (EMBEDDING probes); None for none.
+            adapters: The batch's adapter groups (``AdapterStore.groups``); empty for none.
 
         Returns:
             float32 ``[len(rows), vocab]`` logits and float32 ``[len(hidden_rows), hidden]``
@@ -94,7 +101,7 @@ class Transformer:
         for i, lw in enumerate(self.weights.layers):
             sliding = spec.is_sliding(i)
             cos, sin = tables[sliding and self.window is not None]
-            x = self._layer(i, lw, x, cos, sin, layout, sliding)
+            x = self._layer(i, lw, x, cos, sin, layout, sliding, adapters)
         hidden = np.zeros((0, spec.hidden_size), dtype=np.float32)
         if hidden_rows is not None and hidden_rows.size:
             hidden = _transpose(rms_norm(x[:, hidden_rows], self.weights.output_norm, spec.rms_norm_eps))
@@ -122,6 +129,7 @@ class Transformer:
         sin: np.ndarray,
         layout: BatchLayout,
         sliding: bool,
+        adapters: tuple[TokenGroup, ...],
     ) -> np.ndarray:
         spec = self.spec
         n = x.shape[1]
@@ -129,6 +137,8 @@ class Transformer:
         hd, heads, kvh = spec.head_dim, spec.num_heads, spec.num_kv_heads
         h = rms_norm(x, lw.attn_norm, eps)
         qkv = lw.qkv @ h
+        if adapters:
+            add_deltas(qkv, h, adapters, i, "qkv")
         if lw.qkv_bias is not None:
             qkv += lw.qkv_bias
         q = qkv[: heads * hd].reshape(heads, hd, n)
@@ -145,15 +155,21 @@ class Transformer:
         q *= np.float32(spec.scale)
         ctx = attend(q, self.store.device, i, layout, sliding, spec.attn_softcap)
         o = lw.attn_output @ ctx
+        if adapters:
+            add_deltas(o, ctx, adapters, i, "attn_output")
         if lw.post_attention_norm is not None:
             o = rms_norm(o, lw.post_attention_norm, eps)
         x = x + o
         h = rms_norm(x, lw.ffn_norm, eps)
         gu = lw.gate_up @ h
+        if adapters:
+            add_deltas(gu, h, adapters, i, "gate_up")
         inter = spec.intermediate_size
         f = _activation(gu[:inter], spec.hidden_act)
         f *= gu[inter:]
-        f = lw.ffn_down @ f
+        down = lw.ffn_down @ f
+        if adapters:
+            add_deltas(down, f, adapters, i, "ffn_down")
         if lw.post_ffw_norm is not None:
-            f = rms_norm(f, lw.post_ffw_norm, eps)
-        return x + f
+            down = rms_norm(down, lw.post_ffw_norm, eps)
+        return x + down
