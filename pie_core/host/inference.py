@@ -10,7 +10,11 @@ import numpy as np
 from pie_core import brle
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities, ProbeKind, SamplerKind
+from pie_core.adapters.store import AdapterRecord, AdapterStore
+from pie_core.host.adapter import HostAdapter
+from pie_core.host.binding import current
 from pie_core.host.context import HostContext
+from pie_core.runtime.engine import LoadedModel
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
@@ -27,6 +31,8 @@ async def forward(
     samples: Sequence[SampleSpec] = (),
     probes: Sequence[ProbeSpec] = (),
     drafts: int = 0,
+    adapter: HostAdapter | None = None,
+    zo_seed: int = 0,
 ) -> RequestOutput:
     """Append ``tokens`` to the context's KV cache and read samples/probes at their rows.
 
@@ -48,6 +54,9 @@ async def forward(
         samples: Sampled rows (``index`` into ``tokens``).
         probes: Probed rows.
         drafts: How many trailing tokens are drafts to verify.
+        adapter: An adapter handle of the same model to run the pass with; None = base weights.
+        zo_seed: Nonzero: run the adapter's mean plus sigma times this seed's noise (the adapter
+            must be set up with ``zo.initialize``); 0 = its mean.
 
     Returns:
         Tokens per sample and values per probe, in the given order.
@@ -77,6 +86,7 @@ async def forward(
     if logit_mask is not None and "logit_mask" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks")
     _check_sample_masks(samples, model.spec.vocab_size, "logit_mask" in caps.features, model.backend)
+    record = _check_adapter(adapter, zo_seed, model)
     if logit_mask is not None:  # rows with a mask of their own keep it
         packed = brle.pack_bits(brle.decode(logit_mask, model.spec.vocab_size, "logit mask"))
         samples = [s if s.logit_mask is not None else replace(s, logit_mask=packed) for s in samples]
@@ -85,13 +95,14 @@ async def forward(
             f"a pass with a custom attention mask may hold at most {caps.max_batch_tokens} tokens; got {n}"
         )
     _check_limits(caps, model.backend, samples, n, attention_masks is not None, ctx.kv.length)
-    async with ctx.lock:
+    binding = _Binding(record, zo_seed, current().engine.adapters if record is not None else None)
+    async with ctx.lock, binding:
         ctx.check_live()
         base = ctx.kv.length
         pos = _check_positions(positions, n, base, model.spec.max_position)
         if attention_masks is None and n >= ctx.kv.page_size:
             rows = [s.index for s in samples] + [p.index for p in probes]
-            done = ctx.kv.adopt_prefix(ids, pos, min(rows, default=n))
+            done = ctx.kv.adopt_prefix(ids, pos, min(rows, default=n), binding.salt)
             if done:  # those tokens' pages came from the prefix cache
                 ids, pos, n = ids[done:], pos[done:], n - done
                 samples = [_shift(s, done) for s in samples]
@@ -111,7 +122,9 @@ async def forward(
                 chunk_probes = tuple(_remask(_shift(p, start), kept) for p in probes if start <= p.index < stop)
                 hold = max(0, stop - (n - drafts))
                 outputs.append(
-                    await _run_chunk(ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes, hold)
+                    await _run_chunk(
+                        ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes, hold, binding
+                    )
                 )
                 order.extend(kept)
         except BaseException:
@@ -125,6 +138,48 @@ async def forward(
             out = replace(out, drafts_kept=_verify(out, order, verifiers, ids[n - drafts :]))
             ctx.kv.settle(drafts - out.drafts_kept)
     return out
+
+
+class _Binding:
+    """The adapter a pass runs with, held in use (not freed) while the pass runs."""
+
+    def __init__(self, record: AdapterRecord | None, zo_seed: int, store: AdapterStore | None) -> None:
+        self.record = record
+        self.store = store
+        self.zo_seed = zo_seed
+        self.adapter_id = -1 if record is None else record.id
+        self.salt = b"" if record is None else record.salt(zo_seed)
+
+    async def __aenter__(self) -> None:
+        if self.record is not None and self.store is not None:
+            self.store.use(self.record)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.record is not None and self.store is not None:
+            self.store.unuse(self.record)
+
+
+def _check_adapter(adapter: HostAdapter | None, zo_seed: int, model: LoadedModel) -> AdapterRecord | None:
+    if isinstance(zo_seed, bool) or not isinstance(zo_seed, int) or not -(1 << 63) <= zo_seed < (1 << 63):
+        raise InvalidInput(f"zo_seed must be a 64-bit integer (0 = none), got {zo_seed!r}")
+    if adapter is None:
+        if zo_seed:
+            raise InvalidInput("zo_seed perturbs an adapter: pass adapter= as well")
+        return None
+    if not isinstance(adapter, HostAdapter):
+        raise InvalidInput(f"adapter must be an Adapter, got {type(adapter).__name__}")
+    adapter.check_live()
+    record = adapter.record
+    if record.model is not model:
+        raise InvalidInput(f"adapter {record.name!r} belongs to model {record.model.name!r}, not {model.name!r}")
+    if "adapters" not in model.caps.features:
+        raise Unsupported(f"backend {model.backend!r} does not run LoRA adapters (feature 'adapters')")
+    if zo_seed:
+        if "zo" not in model.caps.features:
+            raise Unsupported(f"backend {model.backend!r} does not run zo passes (feature 'zo')")
+        if record.zo is None:
+            raise InvalidInput(f"zo_seed needs an adapter set up with zo.initialize; {record.name!r} is not")
+    return record
 
 
 def _verify(out: RequestOutput, order: list[int], verifiers: list[int], drafts: np.ndarray) -> int:
@@ -183,7 +238,8 @@ async def _run_chunk(
     masks: np.ndarray | None,
     samples: tuple[SampleSpec, ...],
     probes: tuple[ProbeSpec, ...],
-    hold: int = 0,
+    hold: int,
+    binding: _Binding,
 ) -> RequestOutput:
     kv = ctx.kv
     plan = kv.plan_write(len(ids))
@@ -196,6 +252,8 @@ async def _run_chunk(
         attention_mask=masks,
         samples=samples,
         probes=probes,
+        adapter_id=binding.adapter_id,
+        zo_seed=binding.zo_seed,
     )
     try:
         out = await ctx.model.batcher.submit(request)
@@ -203,7 +261,7 @@ async def _run_chunk(
         if not kv.released:  # give back pages reserved for tokens that never landed
             kv.release_working(len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed))
         raise
-    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None, hold=hold)
+    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None, hold=hold, salt=binding.salt)
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
@@ -34,6 +36,8 @@ class KvContext:
     positions; a page equal to one cached already is swapped for it, and :meth:`adopt_prefix`
     takes cached pages instead of computing them. Tokens written under a custom attention mask
     make the rest of the context unshareable (their KV no longer follows from the prefix).
+    Passes run under an adapter carry a ``salt`` (the adapter's weights and zo seed) that roots
+    the hash chain; a context whose passes change salt is unshareable from there on.
 
     With an ``account``, every page in the page list is charged to it (shared pages too) and an
     allocation past the account's quota raises OutOfPages; without one nothing is counted.
@@ -50,6 +54,7 @@ class KvContext:
         self.positions: list[int] = []
         self.hashes: list[bytes] = []  # chain hash per committed page while shareable
         self.shareable = True
+        self.salt = b""  # what the context's KV was computed under, besides the base weights
         self.released = False
 
     @property
@@ -85,13 +90,16 @@ class KvContext:
             last_page_len=total - (used - 1) * self.page_size,
         )
 
-    def advance(self, tokens: list[int], positions: list[int], masked: bool = False, hold: int = 0) -> None:
+    def advance(
+        self, tokens: list[int], positions: list[int], masked: bool = False, hold: int = 0, salt: bytes = b""
+    ) -> None:
         """Record a completed pass and commit every page it filled.
 
         ``masked`` says the pass ran under a custom attention mask. The last ``hold`` tokens
         are speculative drafts: pages holding them stay working (truncatable) until
-        :meth:`settle`.
+        :meth:`settle`. ``salt`` names the adapter weights the pass ran under (b"" none).
         """
+        self._salt(salt)
         self.tokens.extend(tokens)
         self.positions.extend(positions)
         self.length += len(tokens)
@@ -112,7 +120,7 @@ class KvContext:
             raise InvalidInput(f"can commit at most {full} full working pages, asked for {k}")
         self._commit_to(self.committed + k)
 
-    def adopt_prefix(self, tokens: np.ndarray, positions: np.ndarray, limit: int) -> int:
+    def adopt_prefix(self, tokens: np.ndarray, positions: np.ndarray, limit: int, salt: bytes = b"") -> int:
         """Take cached pages for the leading full pages of ``tokens`` instead of computing them.
 
         Only pages that end at or before input row ``limit`` are taken (rows that are sampled
@@ -125,7 +133,10 @@ class KvContext:
         whole = min(len(tokens), limit) // ps
         if not whole or not self.shareable or self.length != self.committed * ps:
             return 0
-        keys, prev = [], self.hashes[-1] if self.hashes else ROOT
+        if self.length and salt != self.salt:
+            return 0
+        self.salt = salt
+        keys, prev = [], self.hashes[-1] if self.hashes else self._root()
         for i in range(whole):
             prev = chain_hash(prev, tokens[i * ps : (i + 1) * ps], positions[i * ps : (i + 1) * ps])
             keys.append(prev)
@@ -146,6 +157,18 @@ class KvContext:
         self.committed += len(found)
         return n
 
+    def _salt(self, salt: bytes) -> None:
+        if not self.length:
+            self.salt = salt
+        elif salt != self.salt:
+            self.shareable = False
+
+    def _root(self) -> bytes:
+        if not self.salt:
+            return ROOT
+        # A separate hash domain (person), so no page of tokens can hash to a salted root.
+        return hashlib.blake2b(ROOT + self.salt, digest_size=16, person=b"pie-kv-salt").digest()
+
     def _commit_to(self, committed: int) -> None:
         if committed <= self.committed:
             return
@@ -156,7 +179,7 @@ class KvContext:
     def _share(self, first: int, stop: int) -> None:
         # Hash pages first..stop-1 and swap any page for an equal one the cache holds already.
         ps = self.page_size
-        prev = self.hashes[-1] if self.hashes else ROOT
+        prev = self.hashes[-1] if self.hashes else self._root()
         keys = []
         tokens = np.asarray(self.tokens[first * ps : stop * ps]).reshape(-1, ps)
         positions = np.asarray(self.positions[first * ps : stop * ps]).reshape(-1, ps)
@@ -224,6 +247,7 @@ class KvContext:
         child.positions = list(self.positions)
         child.hashes = list(self.hashes)
         child.shareable = self.shareable
+        child.salt = self.salt
         return child, src, dst
 
     def release(self) -> None:

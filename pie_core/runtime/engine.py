@@ -15,6 +15,7 @@ from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
+from pie_core.adapters.store import AdapterStore
 from pie_core.mcp.registry import McpRegistry
 from pie_core.runtime.broker import Broker
 from pie_core.plugins import available_backends, bind_backend
@@ -78,6 +79,7 @@ class Engine:
         self.version = __version__
         self.models: dict[str, LoadedModel] = {}
         self.snapshots = SnapshotStore()
+        self.adapters = AdapterStore()
         self.broker = Broker()
         self.mcp = McpRegistry(config)  # MCP servers: configured ones start on first connect
         if self.backend not in available_backends():

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable
 
 from pie_core.errors import BackendError
 import numpy as np
@@ -58,6 +58,7 @@ class Batcher:
         self._forward = forward
         self._copy_pages = copy_pages
         self._copies: list[tuple[CopyKind, list[int], list[int]]] = []
+        self._ops: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
         self._caps = caps
         self._policy = policy
         self._queue: list[ForwardRequest] = []
@@ -74,12 +75,7 @@ class Batcher:
     async def submit(self, request: ForwardRequest) -> RequestOutput:
         """Queue one request and wait for its share of the batch output."""
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)
-            self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
-            self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
-            self._queued_tokens = sum(r.num_tokens for r in self._queue)
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run(), name="pie-batcher")
+        self._adopt(loop)
         request.future = loop.create_future()
         self._queue.append(request)
         self._queued_tokens += request.num_tokens
@@ -87,6 +83,15 @@ class Batcher:
         if len(self._queue) >= self._want or self._at_limit():
             self._wakeup.set()
         return await request.future
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)
+            self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
+            self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
+            self._queued_tokens = sum(r.num_tokens for r in self._queue)
+            self._ops = [(op, f) for op, f in self._ops if f.get_loop() is loop]
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(), name="pie-batcher")
 
     def enqueue_copy(self, kind: CopyKind, src: list[int], dst: list[int]) -> None:
         """Schedule a page copy to run on the backend thread before the next batch.
@@ -98,6 +103,31 @@ class Batcher:
             raise ValueError(f"copy of {len(src)} pages into {len(dst)}")
         if src:
             self._copies.append((kind, list(src), list(dst)))
+
+    def enqueue_op(self, op: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Schedule ``op()`` on the backend thread, after the batch in flight and before the next.
+
+        Operations run in the order they were enqueued, also when no batch follows (the run loop
+        wakes for them). Passes submitted after this call see the operation's effect.
+
+        Returns:
+            A future with ``op``'s result or exception (a failed op fails no batch).
+        """
+        loop = asyncio.get_running_loop()
+        self._adopt(loop)
+        done: asyncio.Future[Any] = loop.create_future()
+        self._ops.append((op, done))
+        self._wakeup.set()
+        return done
+
+    def _run_ops(self, ops: list[tuple[Callable[[], Any], asyncio.Future[Any]]]) -> list[tuple[bool, Any]]:
+        results: list[tuple[bool, Any]] = []
+        for op, _ in ops:
+            try:
+                results.append((True, op()))
+            except Exception as exc:  # handed to the op's future
+                results.append((False, exc))
+        return results
 
     def _execute(self, batch: ForwardBatch, copies: list[tuple[CopyKind, list[int], list[int]]]) -> BatchOutput:
         for kind, src, dst in copies:
@@ -121,6 +151,10 @@ class Batcher:
         for req in self._queue:
             if req.future is not None and not req.future.done():
                 req.future.set_exception(BackendError("the engine shut down before this pass ran"))
+        for _, done in self._ops:
+            if not done.done():
+                done.set_exception(BackendError("the engine shut down before this operation ran"))
+        self._ops.clear()
         self._queue.clear()
         self._queued_tokens = 0
         self._executor.shutdown(wait=True)
@@ -129,9 +163,13 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             while not self._queue:
+                if self._ops:
+                    await self._flush_ops(loop)
+                    continue
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._gather()
+            await self._flush_ops(loop)
             taken = self._take()
             if not taken:
                 continue
@@ -159,6 +197,19 @@ class Batcher:
             for req, res in zip(taken, results):
                 if req.future is not None and not req.future.done():
                     req.future.set_result(res)
+
+    async def _flush_ops(self, loop: asyncio.AbstractEventLoop) -> None:
+        ops, self._ops = self._ops, []
+        if not ops:
+            return
+        results = await loop.run_in_executor(self._executor, self._run_ops, ops)
+        for (_, done), (ok, value) in zip(ops, results):
+            if done.done():
+                continue
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
 
     async def _gather(self) -> None:
         """Adaptive firing: wait briefly for the queue to reach the last batch's size."""

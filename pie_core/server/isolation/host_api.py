@@ -16,6 +16,7 @@ from typing import Any, Callable
 from pie_core.errors import BackendError, ContractError, InvalidInput, NotFound, OutOfPages, PieError, Unsupported
 from pie_core.grammar.source import GrammarSource
 from pie_core.hookspec import ProbeKind, SamplerKind
+from pie_core.host.adapter import HostAdapter
 from pie_core.host.context import HostContext
 from pie_core.host.grammar import MatcherHandle
 from pie_core.mcp.errors import McpError
@@ -29,8 +30,8 @@ from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 __all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
            "check_arguments"]
 
-HOST_MODULES = ("context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session", "speculation",
-                "tools")
+HOST_MODULES = ("adapter", "context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session",
+                "speculation", "tools", "zo")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,8 @@ HANDLES: tuple[HandleKind, ...] = (
     HandleKind("Subscription", Subscription, methods=frozenset({"release"}), async_methods=frozenset({"next"}),
                properties=frozenset({"topic", "closed"})),
     HandleKind("ServerSession", ServerSession, methods=frozenset({"release"}), properties=frozenset({"server", "closed"})),
+    HandleKind("HostAdapter", HostAdapter, methods=frozenset({"check_live", "release"}),
+               properties=frozenset({"released"})),
     HandleKind("LoadedModel", LoadedModel),  # model.resolve's result: opaque, only proves the model exists
 )
 

@@ -1,0 +1,191 @@
+"""Host interface ``adapter``: LoRA adapters, named per model and user.
+
+An adapter lives while a handle to it is held (see :mod:`pie_core.adapters.store`); ``save`` and
+``load`` move it through a folder in the Hugging Face PEFT layout. Under ``pie serve`` a path is
+relative to the user's scratch directory and may not leave it; under ``pie run`` it is a path
+on the local machine. Backend work is ordered before the caller's next pass, so these calls
+return at once; :func:`settled` waits for it and reports a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pie_core.adapters import peft
+from pie_core.adapters.store import AdapterRecord
+from pie_core.errors import InvalidInput, PieError
+from pie_core.host.binding import HostInstance, current
+from pie_core.host.model import resolve
+from pie_core.host.runtime import scratch_path
+from pie_core.lora import check_tensors
+
+__all__ = ["HostAdapter", "create", "open_adapter", "fork", "save", "load", "settled", "release", "release_soon",
+           "name"]
+
+_NO_SEEDS = np.zeros(0, dtype=np.int64)
+_NO_COEFFS = np.zeros(0, dtype=np.float32)
+
+DEFAULT_RANK = 8
+"""Rank of an adapter made by ``create`` (``load`` and ``zo.initialize`` set their own)."""
+
+
+class HostAdapter:
+    """A handle to an adapter held by one inferlet instance (released with it)."""
+
+    released: bool
+
+    def __init__(self, record: AdapterRecord, owner: HostInstance) -> None:
+        self.record = record
+        self.owner = owner
+        self.released = False
+        self.thread = threading.get_ident()
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+        owner.engine.adapters.hold(record)
+        owner.resources.add(self)
+
+    def check_live(self) -> None:
+        if self.released:
+            raise PieError("this adapter handle was released; open the adapter again")
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.owner.resources.discard(self)
+        self.owner.engine.adapters.drop(self.record)
+
+
+def create(model: str, name: str) -> HostAdapter:
+    """A new adapter ``name`` on ``model`` for the calling user: rank 8 over every projection,
+    all zeros (it changes nothing until loaded or trained with zo).
+
+    Raises:
+        InvalidInput: The name is empty or taken, the backend holds all the adapters it can,
+            or the user's adapter quota is reached.
+        Unsupported: The backend does not run adapters.
+    """
+    loaded, inst = resolve(model), current()
+    record = inst.engine.adapters.create(loaded, inst.username, name, DEFAULT_RANK, float(DEFAULT_RANK))
+    return HostAdapter(record, inst)
+
+
+def open_adapter(model: str, name: str) -> HostAdapter | None:
+    """A new handle to the calling user's adapter ``name``, or None if it does not exist."""
+    loaded, inst = resolve(model), current()
+    record = inst.engine.adapters.get(loaded.name, inst.username, name)
+    return None if record is None else HostAdapter(record, inst)
+
+
+def name(adapter: HostAdapter) -> str:
+    """The adapter's name."""
+    return adapter.record.name
+
+
+def fork(adapter: HostAdapter, new_name: str) -> HostAdapter:
+    """A copy of the adapter's current weights (and zo state) under ``new_name``.
+
+    Raises:
+        InvalidInput: As :func:`create`.
+    """
+    adapter.check_live()
+    src, inst = adapter.record, current()
+    store = inst.engine.adapters
+    record = store.create(src.model, inst.username, new_name, src.rank, src.alpha)
+    try:
+        store.reshape(record, src.rank, src.alpha, src.rslora, src.targets)
+    except InvalidInput:
+        store.discard(record)
+        raise
+    record.zo = None if src.zo is None else dataclasses.replace(src.zo)
+    sigma = None if src.zo is None else src.zo.sigma
+
+    def copy(hook: Any) -> None:
+        tensors = hook.pie_backend_adapter_save(adapter_id=src.id)
+        hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=record.scaling)
+        if sigma is not None:
+            hook.pie_backend_adapter_zo(adapter_id=record.id, sigma=sigma, seeds=_NO_SEEDS, coefficients=_NO_COEFFS)
+
+    record.backend(copy)
+    return HostAdapter(record, inst)
+
+
+def save(adapter: HostAdapter, path: str) -> None:
+    """Write the adapter's mean weights to the PEFT folder ``path`` (created if missing).
+
+    Raises:
+        InvalidInput: ``path`` leaves the user's scratch directory (under ``pie serve``).
+    """
+    adapter.check_live()
+    folder = _resolve(path)
+    record = adapter.record
+    base_model = record.model.name
+    shape = peft.PeftAdapter  # bound now: the write runs on the backend thread
+
+    def write(hook: Any) -> None:
+        tensors = hook.pie_backend_adapter_save(adapter_id=record.id)
+        peft.write(folder, shape(tensors, record.rank, record.alpha, record.rslora), base_model)
+
+    record.backend(write)
+
+
+def load(adapter: HostAdapter, path: str) -> None:
+    """Replace the adapter's weights with the PEFT folder ``path`` (its rank, alpha and targets
+    too). The folder is read and checked now; the weights reach the backend before the next pass.
+
+    Raises:
+        InvalidInput: The path leaves the scratch directory (under ``pie serve``), the folder is
+            not a PEFT LoRA adapter for this model, its rank is beyond the backend's, or the
+            user's adapter quota would be passed. The adapter is unchanged.
+    """
+    adapter.check_live()
+    record = adapter.record
+    read = peft.read(_resolve(path))
+    try:
+        rank = check_tensors(record.model.spec, read.tensors, record.model.caps.max_adapter_rank)
+    except ValueError as exc:
+        raise InvalidInput(f"{path}: {exc}") from None
+    if rank != read.rank:
+        raise InvalidInput(f"{path}: adapter_config.json says r={read.rank} but the weights have rank {rank}")
+    targets = tuple(sorted({n.split(".")[2] for n in read.tensors}))
+    current().engine.adapters.reshape(record, rank, read.alpha, read.rslora, targets)
+    tensors, scaling = read.tensors, record.scaling
+    record.backend(lambda hook: hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling))
+
+
+async def settled(adapter: HostAdapter) -> None:
+    """Wait until the backend ran every operation asked of this adapter so far.
+
+    Raises:
+        BackendError: One failed (each failure is reported once).
+    """
+    await adapter.record.settled()
+
+
+def release(adapter: HostAdapter) -> None:
+    """Drop this handle now (the adapter goes when no handle holds it). Idempotent."""
+    adapter.release()
+
+
+def release_soon(adapter: HostAdapter) -> None:
+    """Release from a finaliser, which may run on any thread (see ``context.release_soon``)."""
+    if threading.get_ident() == adapter.thread:
+        adapter.release()
+    elif adapter.loop is not None and not adapter.loop.is_closed():
+        adapter.loop.call_soon_threadsafe(adapter.release)
+
+
+def _resolve(path: str) -> Path:
+    if not isinstance(path, str) or not path:
+        raise InvalidInput(f"an adapter path must be a non-empty string, got {path!r}")
+    if current().scratch_root is not None:
+        return Path(scratch_path(path))
+    return Path(path).expanduser()
