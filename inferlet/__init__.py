@@ -1,6 +1,7 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, mcp, messaging, reasoning, runtime, session, spec, tools
+from inferlet import chat, mcp, messaging, reasoning, runtime, session, spec, tools, zo
+from inferlet.adapter import Adapter
 from inferlet.constraints import AnyJson, Constraint, Ebnf, JsonSchema, Regex, Schema
 from inferlet.context import Context, RawContext
 from inferlet.events import Decoder, Event, EventStream
@@ -24,6 +25,8 @@ __all__ = [
     "session",
     "spec",
     "tools",
+    "zo",
+    "Adapter",
     "Context",
     "RawContext",
     "Decoder",

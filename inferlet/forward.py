@@ -160,6 +160,8 @@ class Forward:
         self._samples: list[_host.SampleSpec] = []
         self._probes: list[_host.ProbeSpec] = []
         self._drafts = 0
+        self._adapter: Any = None
+        self._zo_seed = 0
         self._flushed: list[int] = pending.tokens() if flush else []
         self.input(self._flushed)
 
@@ -218,6 +220,16 @@ class Forward:
         self._logit_mask = list(brle)
         return self
 
+    def adapter(self, adapter: Any) -> Forward:
+        """Run this pass with a LoRA :class:`~inferlet.Adapter` (None = the base weights)."""
+        self._adapter = adapter
+        return self
+
+    def zo_seed(self, seed: int) -> Forward:
+        """Run the adapter perturbed by zo seed ``seed`` (nonzero; see :mod:`inferlet.zo`)."""
+        self._zo_seed = seed
+        return self
+
     def sample(self, indices: Sequence[int] | int, sampler: Sampler, *, mask: Any = None) -> SampleHandle:
         """Sample ``sampler`` at each of the given input indices (``Sampler.dist`` also reads
         the distribution there, ``Sampler.embedding`` only the hidden state).
@@ -271,6 +283,8 @@ class Forward:
                 samples=self._samples,
                 probes=self._probes,
                 drafts=self._drafts,
+                adapter=None if self._adapter is None else self._adapter._handle,
+                zo_seed=self._zo_seed,
             )
         except BaseException:
             self._pending.restore(flushed)

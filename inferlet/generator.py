@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol
 
-from pie_core.host.errors import InvalidInput, Unsupported
+from pie_core.host.errors import InvalidInput
 from pie_core.host import model as _model
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
@@ -15,7 +15,6 @@ from inferlet.spec import Speculator
 
 __all__ = ["Generator", "GenStep", "MAX_DRAFTS"]
 
-_LATER = ("adapter", "zo_seed")
 MAX_DRAFTS = 16  # drafts verified per step (a speculator's further drafts count as not kept)
 SYSTEM_DRAFTS = 8  # the most the system drafter proposes per step
 
@@ -49,7 +48,9 @@ class Generator:
     see :mod:`inferlet.constraints`), ``speculator`` (a :class:`~inferlet.spec.Speculator`) or
     ``system_speculation=True`` (the runtime's n-gram drafter): several tokens per step, the
     same tokens (see :mod:`inferlet.spec`), ``horizon`` (expected output length, a scheduling
-    hint), ``auto_flush`` (default True: append ``cue()`` first and use the chat stop tokens).
+    hint), ``auto_flush`` (default True: append ``cue()`` first and use the chat stop tokens),
+    ``adapter`` (a LoRA :class:`~inferlet.Adapter` for every step) and ``zo_seed`` (its zo
+    perturbation seed for every step, see :mod:`inferlet.zo`).
     """
 
     def __init__(
@@ -65,14 +66,9 @@ class Generator:
         constrain: Any = None,
         speculator: Speculator | None = None,
         system_speculation: bool = False,
-        **later: Any,
+        adapter: Any = None,
+        zo_seed: int | None = None,
     ) -> None:
-        unknown = sorted(set(later) - set(_LATER))
-        if unknown:
-            raise TypeError(f"generate() got an unexpected keyword argument {unknown[0]!r}")
-        asked = [k for k, v in later.items() if v not in (None, False)]
-        if asked:
-            raise Unsupported(f"generate({asked[0]}=...) is not available in this engine build yet")
         if not isinstance(sampler, Sampler):
             raise TypeError(f"generate() needs a Sampler, got {type(sampler).__name__}")
         if not sampler.draws_tokens:
@@ -91,6 +87,8 @@ class Generator:
         self._horizon = _check_horizon(horizon)
         self._speculator = speculator
         self._system_speculation = bool(system_speculation)
+        self._adapter = adapter
+        self._zo_seed = zo_seed or 0
         # constraints and the static logit mask, ANDed (see inferlet.constraints)
         self._rules = None if logit_mask is None else ConstraintSet(ctx.model, logit_mask)
         if constrain is not None:
@@ -123,6 +121,16 @@ class Generator:
     def horizon(self, n: int) -> Generator:
         """Hint the expected output length (used for credit pacing)."""
         self._horizon = _check_horizon(n)
+        return self
+
+    def adapter(self, a: Any) -> Generator:
+        """Apply a LoRA :class:`~inferlet.Adapter` on every step (None = base weights)."""
+        self._adapter = a
+        return self
+
+    def zo_seed(self, seed: int) -> Generator:
+        """Run every step with the adapter perturbed by zo seed ``seed`` (see :mod:`inferlet.zo`)."""
+        self._zo_seed = seed
         return self
 
     def constrain(self, c: Any) -> Generator:
@@ -287,7 +295,7 @@ class GenStep:
         if gen._rules is not None:  # compile (off the loop) and mask first: a dead end runs nothing
             await gen._rules.ready()
             mask = gen._rules.mask()
-        fwd = ctx.forward(flush=True)
+        fwd = ctx.forward(flush=True).adapter(gen._adapter).zo_seed(gen._zo_seed)
         n = len(ctx.buffer())
         if not n:
             raise InvalidInput("nothing to run: the context buffer is empty (add a prompt or ctx.cue())")
