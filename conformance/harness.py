@@ -12,6 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import pluggy
 
 from pie_core.errors import NotFound, Unsupported
@@ -19,6 +20,7 @@ from pie_core.hookspec import BackendInfo, BackendOptions
 from pie_core.plugins import available_backends, bind_plugin
 
 from conformance.loaded import LoadedModel, not_supported
+from conformance.adapters import merged
 from conformance.models import ARCHITECTURES, random_weights, tiny_spec
 from conformance.tolerances import Tolerance, tolerance_for
 
@@ -193,6 +195,18 @@ class Harness:
             page_size=self.options.page_size, kv_pages=kv_pages, host_pages=max(host_pages, 1)
         )
         caps = pm.hook.pie_backend_load_model(spec=spec, weights=random_weights(spec), options=options)
+        return LoadedModel(spec, pm.hook, caps, self.tolerance("float32"), None, "reference")
+
+    def merged_reference(self, model: LoadedModel, tensors: dict[str, np.ndarray], scaling: float) -> LoadedModel:
+        """The NumPy reference of ``model``'s architecture with an adapter merged into its
+        weights (see :mod:`conformance.adapters`); a fresh instance each call, with ``model``'s
+        pool size so the same page ids work on both."""
+        factory = resolve_factory(REFERENCE_BACKEND)
+        spec = model.spec
+        pm = bind_plugin(factory(), REFERENCE_BACKEND)
+        options = BackendOptions(page_size=self.options.page_size, kv_pages=model.caps.num_pages, host_pages=1)
+        weights = merged(random_weights(spec), tensors, scaling)
+        caps = pm.hook.pie_backend_load_model(spec=spec, weights=weights, options=options)
         return LoadedModel(spec, pm.hook, caps, self.tolerance("float32"), None, "reference")
 
     def require_numerics(self) -> None:
