@@ -200,11 +200,12 @@ class PieServer:
         return None
 
     def _apply_quotas(self, quotas: Quotas) -> None:
-        """Bound each user's pages, snapshots and messaging in the engine by ``quotas``."""
+        """Bound each user's pages, snapshots, adapters and messaging in the engine by ``quotas``."""
         for model in self.engine.models.values():
             pool_pages = model.pool.num_pages
             model.pool.accounts.limit_of = lambda user, n=pool_pages: quotas.for_user(user).pages_of(n)
         self.engine.snapshots.limit_of = lambda user: quotas.for_user(user).snapshots or None
+        self.engine.adapters.limit_of = lambda user: quotas.for_user(user).adapter_bytes or None
         self.engine.broker.limits_of = lambda user: quotas.for_user(user).messaging()
 
     async def _handle(self, ws: ServerConnection) -> None:

@@ -117,6 +117,8 @@ def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
             buffered[p.user] = buffered.get(p.user, 0) + p.pending_bytes
     metric("pie_user_snapshots", "gauge", "Context snapshots a user keeps (quota server.quotas.snapshots).",
            by_user(server.engine.snapshots.counts()))
+    metric("pie_user_adapter_bytes", "gauge", "Bytes of LoRA adapters a user holds (quota server.quotas.adapter_bytes).",
+           by_user(server.engine.adapters.bytes_held()))
     metric("pie_user_processes", "gauge", "Inferlets a user runs (quota server.quotas.processes).", by_user(running))
     metric("pie_user_connections", "gauge", "Open connections of a user (quota server.quotas.connections).",
            by_user(server.connections.of_user()))

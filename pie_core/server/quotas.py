@@ -25,7 +25,7 @@ __all__ = ["Quotas", "ConnectionCounts", "ScratchSizes", "DEFAULT_PAGE_SHARE"]
 DEFAULT_PAGE_SHARE = 0.75
 
 _MESSAGING = MessagingLimits()
-_BYTE_KEYS = ("event_bytes", "inbox_bytes", "scratch_bytes", "message_bytes", "queue_bytes")
+_BYTE_KEYS = ("event_bytes", "inbox_bytes", "scratch_bytes", "message_bytes", "queue_bytes", "adapter_bytes")
 _COUNT_KEYS = ("snapshots", "processes", "spawn_depth", "connections", "topics", "queue_messages")
 
 
@@ -44,6 +44,7 @@ class Quotas:
         inbox_bytes: Bytes of client messages and files queued for one process and not yet
             received by it (each message counts 64 bytes on top of its size).
         scratch_bytes: Size of the user's scratch directory, checked at each launch.
+        adapter_bytes: float32 bytes of the LoRA adapters a user holds at once (all models).
         connections: Open WebSocket connections and HTTP requests in flight.
         topics: Messaging subscriptions plus non-empty queues.
         message_bytes: Largest message one ``broadcast`` or ``push`` may carry.
@@ -59,6 +60,7 @@ class Quotas:
     event_bytes: int = 64 * 2**20
     inbox_bytes: int = 128 * 2**20
     scratch_bytes: int = 2**30
+    adapter_bytes: int = 256 * 2**20
     connections: int = 256
     topics: int = _MESSAGING.topics
     message_bytes: int = _MESSAGING.message_bytes
