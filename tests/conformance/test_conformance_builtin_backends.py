@@ -6,8 +6,8 @@ import pytest
 
 from conformance_runs import run_suite
 
-NUMERIC = ("forward", "kv_paging", "batching", "chunked_prefill", "attention_masks", "speculation", "adapters")
-NON_NUMERIC = ("contract", "logit_masks", "samplers", "probes", "copy_pages", "limits")
+NUMERIC = ("forward", "kv_paging", "batching", "chunked_prefill", "attention_masks", "speculation")
+NON_NUMERIC = ("contract", "logit_masks", "samplers", "probes", "copy_pages", "limits", "adapters")
 
 
 @pytest.fixture(scope="module")
