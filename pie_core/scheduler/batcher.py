@@ -89,7 +89,9 @@ class Batcher:
             self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
             self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
             self._queued_tokens = sum(r.num_tokens for r in self._queue)
-            self._ops = [(op, f) for op, f in self._ops if f.get_loop() is loop]
+            # Operations from a closed loop still run, in order (a released adapter must be freed
+            # before its id is handed out again); nobody can await their old futures any more.
+            self._ops = [(op, f if f.get_loop() is loop else loop.create_future()) for op, f in self._ops]
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="pie-batcher")
 
@@ -202,7 +204,9 @@ class Batcher:
         ops, self._ops = self._ops, []
         if not ops:
             return
-        results = await loop.run_in_executor(self._executor, self._run_ops, ops)
+        # Shielded: cancelling the run loop (its event loop closing) must not cancel operations
+        # not yet started on the backend thread -- a released adapter's free would be lost.
+        results = await asyncio.shield(asyncio.wrap_future(self._executor.submit(self._run_ops, ops), loop=loop))
         for (_, done), (ok, value) in zip(ops, results):
             if done.done():
                 continue

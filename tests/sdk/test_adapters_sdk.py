@@ -153,3 +153,16 @@ def test_pages_computed_under_an_adapter_are_not_shared_with_the_base_model(dumm
     pages = dummy.value(main)
     assert pages["plain"] == pages["plain2"] and pages["a"] == pages["a2"]  # each shares with its own kind
     assert not set(pages["plain"]) & set(pages["a"]) and not set(pages["a"]) & set(pages["b"])
+
+
+def test_an_adapter_released_as_its_loop_closes_is_freed_before_its_id_is_reused(dummy, tmp_path):
+    # Each dummy.value runs its own event loop; the release queued as the first one ends must
+    # still reach the backend before the second creates an adapter (which gets the same id).
+    async def make(_):
+        a = Adapter.create(_model(), "short-lived")
+        await a.save(str(tmp_path / "x"))  # raises if the backend refused the create
+        return "made"
+
+    assert dummy.value(make) == "made"
+    assert dummy.value(make) == "made"
+    assert _store(dummy).bytes_held() == {}
