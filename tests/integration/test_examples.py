@@ -170,3 +170,61 @@ def test_speculative_decoding_gives_the_same_text_in_fewer_steps(cpu_engine):
     assert out["same_text"] and runs["none"]["text"].startswith("def average_price(")
     assert runs["none"]["steps"] == runs["none"]["tokens"] == 24
     assert runs["custom"]["steps"] < 24 and runs["system"]["steps"] < 24
+
+
+@pytest.fixture
+def peft_adapter(hf_model, tmp_path) -> Path:
+    """A random rank-4 PEFT LoRA folder for the default model, written by ``peft`` itself."""
+    peft = pytest.importorskip("peft")
+    torch = pytest.importorskip("torch")
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0)
+    wrapped = peft.get_peft_model(hf_model, config)
+    try:
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, param in wrapped.named_parameters():
+                if "lora_B" in name:  # PEFT starts B at zero: small values change the text, keep it text
+                    param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+        wrapped.save_pretrained(tmp_path / "adapter", save_embedding_layers=False)
+    finally:
+        wrapped.unload()  # the session's transformers model gets its plain layers back
+    return tmp_path / "adapter"
+
+
+@pytest.mark.model
+def test_lora_answers_differently_with_a_peft_adapter_and_plainly_without(cpu_engine, peft_adapter):
+    from inferlet import Context, Model, Sampler, runtime
+
+    prompt, max_tokens = "Write a haiku about the sea.", 12
+    out, _ = run_example(cpu_engine, "lora", {"adapter": str(peft_adapter), "prompt": prompt, "max_tokens": max_tokens})
+    assert out["base"] != out["adapted"] and out["same"] is False
+    assert out["adapted"].strip()
+
+    async def plain(_input: dict) -> str:
+        model = Model.load(runtime.models()[0])
+        with Context(model) as ctx:
+            ctx.user(prompt)
+            return await ctx.generate(Sampler.argmax(), max_tokens=max_tokens).collect_text()
+
+    final = asyncio.run(run_main(cpu_engine, plain, {}, lambda e: None))
+    assert final.kind == "return", final.value
+    assert out["base"] == final.value  # batched beside the adapter, the base row is plain greedy
+
+
+@pytest.mark.model
+def test_lora_without_an_adapter_uses_a_random_stand_in(cpu_engine):
+    out, events = run_example(cpu_engine, "lora", {"prompt": "Say hi.", "max_tokens": 4})
+    assert out["adapter"] == "random stand-in" and out["base"] and out["adapted"]
+    assert "make_adapter.py" in "".join(e.value for e in events if e.kind == "stdout")
+
+
+@pytest.mark.model
+def test_es_finetune_reports_a_reward_per_generation(cpu_engine):
+    args = {"generations": 2, "population": 4, "max_tokens": 4, "samples": 2}
+    out, events = run_example(cpu_engine, "es-finetune", args)
+    assert len(out["rewards"]) == 2
+    assert all(0.0 <= r <= 1.0 for r in [*out["rewards"], out["base"], out["final"]])
+    assert set(out["hit_rate"]) == {"base", "trained"} and all(0.0 <= r <= 1.0 for r in out["hit_rate"].values())
+    streamed = "".join(e.value for e in events if e.kind == "stdout")
+    assert "generation 1: mean reward" in streamed and "generation 2: mean reward" in streamed

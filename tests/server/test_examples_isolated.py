@@ -23,9 +23,11 @@ ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
 INPUTS: dict[str, dict[str, Any]] = {
     "beam-search": {"beam_width": 2, "max_tokens": 4},
     "best-of-n": {"n": 2, "max_tokens": 4},
+    "es-finetune": {"generations": 1, "population": 2, "max_tokens": 2, "samples": 1},
     "hello-world": {"name": "isolation"},
     "interactive-chat": {"max_tokens": 4},
     "json-extraction": {"max_tokens": 96},
+    "lora": {"max_tokens": 4},  # no adapter folder in the worker's scratch: the random stand-in
     "mcp-tools": {"server": "notes", "tool": "shout", "args": '{"text": "quiet"}'},
     "output-validation": {"candidates": "Paris,Berlin"},
     "parallel-generation": {"n": 2, "max_tokens": 4},
