@@ -21,6 +21,7 @@ from pie_core.hookspec import (
 from pie_core.models.spec import ModelSpec
 from pie_core.sampling import hidden_rows, logit_rows
 
+from pie_backend_torch.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS, AdapterStore
 from pie_backend_torch.kv_cache import KvCache, page_bytes
 from pie_backend_torch.layout import check_batch
 from pie_backend_torch.model import Transformer
@@ -37,6 +38,8 @@ __all__ = [
     "MAX_MASK_BYTES",
     "DEFAULT_HOST_PAGES",
     "MAX_BUDGET_PAGES",
+    "MAX_ADAPTERS",
+    "MAX_ADAPTER_RANK",
 ]
 
 MAX_BATCH_TOKENS = 8192
@@ -51,7 +54,7 @@ DEFAULT_HOST_PAGES = 64
 """Host pool size when ``BackendOptions.host_pages`` is 0."""
 MAX_BUDGET_PAGES = 1 << 16
 """Cap on a pool sized from ``kv_memory_bytes``."""
-FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload"})
+FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload", "adapters", "zo"})
 
 
 def _package_version() -> str:
@@ -68,7 +71,8 @@ def _devices() -> tuple[str, ...]:
 class TorchBackend:
     """torch backend: bf16 and weight-only int8/int4 on a CPU, Triton kernels on CUDA.
 
-    One instance serves one model. Hooks are called from one worker thread at a time.
+    One instance serves one model, and the LoRA adapters created for it
+    (:mod:`pie_backend_torch.adapters`). Hooks are called from one worker thread at a time.
     """
 
     PIE_CONTRACT_VERSION = CONTRACT_VERSION
@@ -82,6 +86,7 @@ class TorchBackend:
         self._masker: Masker | None = None
         self._rng = np.random.default_rng()
         self._graphs: Any = None  # cuda_graphs.DecodeGraphs when capturing
+        self._adapters: AdapterStore | None = None
 
     @hookimpl
     def pie_backend_info(self) -> BackendInfo:
@@ -132,6 +137,8 @@ class TorchBackend:
             config.device,
         )
         self._model = Transformer(spec, model_weights, cache, config)
+        lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
+        self._adapters = AdapterStore(spec, lora_dtype, config.device)
         self._cache = cache
         self._config = config
         if config.kernels == "triton":
@@ -155,6 +162,8 @@ class TorchBackend:
             dtype=config.dtype_name,
             device=str(config.device),
             features=FEATURES,
+            max_adapters=MAX_ADAPTERS,
+            max_adapter_rank=MAX_ADAPTER_RANK,
         )
         return self._caps
 
@@ -176,7 +185,8 @@ class TorchBackend:
         Raises:
             RuntimeError: No model is loaded yet.
             ValueError: The batch exceeds the declared limits or is inconsistent (lengths, ranges,
-                slots, masks, probe kinds).
+                slots, masks, probe kinds), names an adapter not held, or has a zo seed without
+                an adapter. Nothing is written then.
         """
         model, caps = self._loaded()
         caps.check_limits(batch)
@@ -184,10 +194,11 @@ class TorchBackend:
         rows = logit_rows(batch)
         hidden = hidden_rows(batch)
         with torch.inference_mode():
+            lora = self._store().step(batch)
             if self._graphs is not None and self._graphs.accepts(batch, rows, hidden):
                 logits, states = self._graphs.forward(batch, rows)
             else:
-                logits, states = model.forward(batch, rows, hidden)
+                logits, states = model.forward(batch, rows, hidden, lora)
             return sample_and_probe(batch, rows, logits, self._rng, states, hidden, self._drawer, self._masker)
 
     @hookimpl
@@ -202,6 +213,67 @@ class TorchBackend:
         assert self._cache is not None
         with torch.inference_mode():
             self._cache.copy(kind, src, dst)
+
+    @hookimpl
+    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
+        """Hold a new zero adapter of ``rank`` over every target of every layer.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: The id is negative or held, ``rank`` is outside ``[1, MAX_ADAPTER_RANK]``,
+                ``scaling`` is not finite, or ``MAX_ADAPTERS`` are held.
+        """
+        self._store().create(adapter_id, rank, scaling)
+
+    @hookimpl
+    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
+        """Replace a held adapter's weights (see :func:`pie_core.lora.check_tensors`).
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id, non-finite ``scaling`` or a tensor failing the check; the
+                adapter is unchanged.
+        """
+        with torch.inference_mode():
+            self._store().load(adapter_id, tensors, scaling)
+
+    @hookimpl
+    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:
+        """float32 copies of a held adapter's mean tensors, by name.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id.
+        """
+        return self._store().save(adapter_id)
+
+    @hookimpl
+    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
+        """Release a held adapter and everything cached for it.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id.
+        """
+        self._store().destroy(adapter_id)
+
+    @hookimpl
+    def pie_backend_adapter_zo(
+        self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray
+    ) -> None:
+        """Move a held adapter's mean (:func:`pie_core.lora.moved`) and set its zo ``sigma``.
+
+        Raises:
+            RuntimeError: No model is loaded yet.
+            ValueError: Unknown id, lengths differ, or a value is out of range; nothing changes.
+        """
+        with torch.inference_mode():
+            self._store().zo(adapter_id, sigma, seeds, coefficients)
+
+    def _store(self) -> AdapterStore:
+        if self._adapters is None:
+            raise RuntimeError("no model loaded: call pie_backend_load_model first")
+        return self._adapters
 
     def _loaded(self) -> tuple[Transformer, Capabilities]:
         if self._model is None or self._caps is None:

@@ -6,6 +6,8 @@ page tables are copied into the graph's static buffers and the graph is replayed
 row come out and the needed rows are picked. The ``B - R`` padding rows decode a token into a
 scratch page the core never hands out (the KV cache is allocated one page larger), so they touch
 nothing real. Page tables are capped at ``max_pages`` per request; longer requests run eagerly.
+Graphs are captured without LoRA deltas, so a step in which any request runs an adapter runs
+eagerly too.
 
 Capture is behind a small seam (:class:`Capture`): on CUDA it is ``torch.cuda.graph``; the tests
 replace it with a plain call, to check the buffers, padding and row picking on a CPU with the
@@ -98,10 +100,12 @@ class DecodeGraphs:
         self.steps: dict[int, _Step] = {}
 
     def accepts(self, batch: ForwardBatch, rows: np.ndarray, hidden_rows: np.ndarray) -> bool:
-        """Whether this batch is a decode step a graph can run."""
+        """Whether this batch is a decode step a graph can run (without adapters: the graphs hold
+        no LoRA deltas)."""
         r = batch.num_requests
         return (
             r <= BUCKETS[-1]
+            and not (batch.adapter_ids >= 0).any()
             and batch.num_tokens == r
             and int(batch.mask_indptr[-1]) == 0
             and hidden_rows.size == 0

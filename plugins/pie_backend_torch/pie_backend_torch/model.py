@@ -5,7 +5,8 @@ compute dtype (each block's output is added to it), and block inputs are cast af
 Dense layers run over all N tokens of the
 batch at once (prefill and decode rows mixed); Q and K heads are rotated together; attention is
 the torch path of :mod:`pie_backend_torch.attention` or the Triton kernels. Logits are computed
-only for the rows the batch samples or probes.
+only for the rows the batch samples or probes. A batch running adapters adds their LoRA deltas to
+the four projections' outputs (:class:`~pie_backend_torch.lora_step.LoraStep`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pie_core.models.spec import ModelSpec
 from pie_backend_torch.attention import attend
 from pie_backend_torch.kv_cache import KvCache
 from pie_backend_torch.layout import BatchPlan, plan_batch, write_slots
+from pie_backend_torch.lora_step import LoraStep
+from pie_backend_torch.lora_weights import ATTN_OUTPUT, FFN_DOWN, GATE_UP, QKV
 from pie_backend_torch.options import TorchConfig
 from pie_backend_torch.rope import RopeTables, Rotation, apply_rotation
 from pie_backend_torch.weights import LayerWeights, ModelWeights
@@ -61,7 +64,11 @@ class Transformer:
             self.triton = TritonAttention(spec, cache)
 
     def forward(
-        self, batch: ForwardBatch, rows: np.ndarray, hidden_rows: np.ndarray | None = None
+        self,
+        batch: ForwardBatch,
+        rows: np.ndarray,
+        hidden_rows: np.ndarray | None = None,
+        lora: LoraStep | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Write the batch's K/V, run every layer, and return what the requested rows need.
 
@@ -70,6 +77,7 @@ class Transformer:
             rows: Token indices whose logits are returned.
             hidden_rows: Token indices whose final hidden state (after the final norm) is
                 returned (EMBEDDING probes); None or empty for none.
+            lora: The batch's adapter deltas, or None when no request runs an adapter.
 
         Returns:
             float32 ``[len(rows), vocab]`` logits and float32 ``[len(hidden_rows), hidden]``
@@ -88,9 +96,11 @@ class Transformer:
         if self.window is not None:
             rotations[True] = self.rope.rotation(batch.positions, True, tables)
         ids = torch.from_numpy(batch.token_ids.astype(np.int64)).to(device)
-        return self.head(self.layers(ids, rotations, plan), rows, hidden_rows)
+        return self.head(self.layers(ids, rotations, plan, lora), rows, hidden_rows)
 
-    def layers(self, ids: torch.Tensor, rotations: dict[bool, Rotation], plan: Any) -> torch.Tensor:
+    def layers(
+        self, ids: torch.Tensor, rotations: dict[bool, Rotation], plan: Any, lora: LoraStep | None = None
+    ) -> torch.Tensor:
         """Embed ``ids`` and run every decoder layer (K/V written, attention read through ``plan``).
 
         Only device work: no host transfer happens here, so CUDA graphs can capture it.
@@ -99,7 +109,7 @@ class Transformer:
         if self.spec.embed_scale != 1.0:
             x = x * self.spec.embed_scale
         for i, lw in enumerate(self.weights.layers):
-            x = self._layer(i, lw, x, rotations[self.sliding[i]], plan)
+            x = self._layer(i, lw, x, rotations[self.sliding[i]], plan, lora)
         return x
 
     def head(
@@ -121,11 +131,15 @@ class Transformer:
             logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         return logits, hidden
 
-    def _layer(self, i: int, lw: LayerWeights, x: torch.Tensor, rot: Rotation, plan: Any) -> torch.Tensor:
+    def _layer(
+        self, i: int, lw: LayerWeights, x: torch.Tensor, rot: Rotation, plan: Any, lora: LoraStep | None
+    ) -> torch.Tensor:
         spec = self.spec
         eps, dtype = spec.rms_norm_eps, self.config.dtype
-        h = F.rms_norm(x, (spec.hidden_size,), lw.attn_norm, eps).to(dtype)
-        qkv = lw.qkv(h)
+        normed = F.rms_norm(x, (spec.hidden_size,), lw.attn_norm, eps)
+        qkv = lw.qkv(normed.to(dtype))
+        if lora is not None:
+            lora.add(i, QKV, normed, qkv)  # float32 input: no cast back for the deltas
         if self.triton is not None:
             q = self.triton.rope_and_write(i, qkv, lw.q_norm, lw.k_norm, eps, rot, plan)
             ctx = self.triton.attend(i, q, plan, self.sliding[i], spec.attn_softcap)
@@ -133,15 +147,27 @@ class Transformer:
             ctx = self._attention(i, lw, qkv, rot, plan)
         o = lw.attn_output(ctx)
         if lw.post_attention_norm is not None:
+            if lora is not None:
+                lora.add(i, ATTN_OUTPUT, ctx, o)
             o = F.rms_norm(o, (spec.hidden_size,), lw.post_attention_norm, eps)
         x = x + o
-        h = F.rms_norm(x, (spec.hidden_size,), lw.ffn_norm, eps).to(dtype)
-        gu = lw.gate_up(h)
+        if lora is not None and lw.post_attention_norm is None:
+            lora.add(i, ATTN_OUTPUT, ctx, x)  # straight into the float32 residual: no cast, cheaper adds
+        normed = F.rms_norm(x, (spec.hidden_size,), lw.ffn_norm, eps)
+        gu = lw.gate_up(normed.to(dtype))
+        if lora is not None:
+            lora.add(i, GATE_UP, normed, gu)
         inter = spec.intermediate_size
-        f = lw.ffn_down(self.act(gu[:, :inter]) * gu[:, inter:])
+        act = self.act(gu[:, :inter]) * gu[:, inter:]
+        f = lw.ffn_down(act)
         if lw.post_ffw_norm is not None:
+            if lora is not None:
+                lora.add(i, FFN_DOWN, act, f)
             f = F.rms_norm(f, (spec.hidden_size,), lw.post_ffw_norm, eps)
-        return x + f
+        x = x + f
+        if lora is not None and lw.post_ffw_norm is None:
+            lora.add(i, FFN_DOWN, act, x)
+        return x
 
     def _attention(self, i: int, lw: LayerWeights, qkv: torch.Tensor, rot: Rotation, plan: BatchPlan) -> torch.Tensor:
         spec = self.spec
