@@ -32,6 +32,7 @@ def _hf_logits(model, ids: list[int]) -> np.ndarray:
 def peft_folder(hf_model, tmp_path_factory):
     """A random rank-4 PEFT adapter over every projection, and transformers+PEFT logits on a prompt."""
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, init_lora_weights=False)
+    torch.manual_seed(0)  # PEFT draws A from the global generator: the same adapter in every test order
     wrapped = peft.get_peft_model(hf_model, config)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
