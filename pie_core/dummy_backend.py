@@ -17,7 +17,7 @@ from typing import Iterable
 
 import numpy as np
 
-from pie_core import lora
+from pie_core.adapter_bank import AdapterBank, AdapterHooks
 from pie_core.hookspec import (
     CONTRACT_VERSION,
     BackendInfo,
@@ -106,7 +106,7 @@ MAX_ADAPTERS = 32
 MAX_ADAPTER_RANK = 64
 
 
-class DummyBackend:
+class DummyBackend(AdapterHooks):
     """Shape-correct backend with no model. One instance serves one (pretend) model."""
 
     PIE_CONTRACT_VERSION = CONTRACT_VERSION
@@ -116,8 +116,7 @@ class DummyBackend:
         self._table = np.zeros(0, dtype=np.float32)
         self._hidden_table = np.zeros(0, dtype=np.float32)
         self._rng = np.random.default_rng()
-        self._spec: ModelSpec | None = None
-        self._adapters: dict[int, dict[str, np.ndarray]] = {}
+        self._adapters: AdapterBank[None] | None = None
 
     @hookimpl
     def pie_backend_info(self) -> BackendInfo:
@@ -141,7 +140,7 @@ class DummyBackend:
         """
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
-        self._spec = spec
+        self._adapters = AdapterBank(spec, lambda tensors, scaling: None, MAX_ADAPTERS, MAX_ADAPTER_RANK)
         self._table = _table(spec.vocab_size)
         self._hidden_table = _embedding_table(spec.hidden_size)
         self._caps = Capabilities(
@@ -186,11 +185,7 @@ class DummyBackend:
             raise ValueError(f"sample and probe rows must index the {n} input tokens")
         if n and (batch.token_ids.min() < 0 or batch.token_ids.max() >= caps.vocab_size):
             raise ValueError(f"token ids must be in [0, {caps.vocab_size})")
-        adapters = batch.adapter_ids
-        if adapters.size and not set(adapters[adapters >= 0].tolist()) <= set(self._adapters):
-            raise ValueError(f"adapter ids {sorted(set(adapters[adapters >= 0].tolist()) - set(self._adapters))} are not held")
-        if ((batch.zo_seeds != 0) & (adapters < 0)).any():
-            raise ValueError("a zo seed needs an adapter")
+        self._bank().check_batch(batch)
         pages = batch.kv_page_indices
         if pages.size and (pages.min() < 0 or pages.max() >= caps.num_pages):
             raise ValueError(f"kv_page_indices must be in [0, {caps.num_pages})")
@@ -224,63 +219,6 @@ class DummyBackend:
             ids = np.asarray(ids)
             if ids.size and (ids.min() < 0 or ids.max() >= limit):
                 raise ValueError(f"{what} page ids must be in [0, {limit}) for {kind.name}")
-
-    @hookimpl
-    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
-        """Hold a zero adapter of ``rank`` over every target.
-
-        Raises:
-            ValueError: The id is held or out of range, or the rank is out of range.
-        """
-        spec = self._loaded_spec()
-        if adapter_id in self._adapters or not 0 <= adapter_id < MAX_ADAPTERS:
-            raise ValueError(f"adapter id {adapter_id} is held or outside [0, {MAX_ADAPTERS})")
-        if not 1 <= rank <= MAX_ADAPTER_RANK:
-            raise ValueError(f"adapter rank {rank} is outside [1, {MAX_ADAPTER_RANK}]")
-        tensors = {}
-        for layer in range(spec.num_layers):
-            for target in lora.TARGETS:
-                out, inp = lora.target_shape(spec, target)
-                tensors[lora.tensor_name(layer, target, "a")] = np.zeros((rank, inp), np.float32)
-                tensors[lora.tensor_name(layer, target, "b")] = np.zeros((out, rank), np.float32)
-        self._adapters[adapter_id] = tensors
-
-    @hookimpl
-    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
-        """Replace a held adapter's tensors (checked as the contract says)."""
-        self._held(adapter_id)
-        lora.check_tensors(self._loaded_spec(), tensors, MAX_ADAPTER_RANK)
-        self._adapters[adapter_id] = {k: v.copy() for k, v in tensors.items()}
-
-    @hookimpl
-    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:
-        """Copies of a held adapter's tensors."""
-        return {k: v.copy() for k, v in self._held(adapter_id).items()}
-
-    @hookimpl
-    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
-        """Forget a held adapter."""
-        self._held(adapter_id)
-        del self._adapters[adapter_id]
-
-    @hookimpl
-    def pie_backend_adapter_zo(self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray) -> None:
-        """Move a held adapter's mean as :func:`pie_core.lora.moved` does."""
-        tensors = self._held(adapter_id)
-        if len(seeds) != len(coefficients) or not np.isfinite(sigma) or sigma < 0:
-            raise ValueError("zo needs one coefficient per seed and a finite sigma >= 0")
-        if len(seeds):
-            self._adapters[adapter_id] = lora.moved(tensors, seeds, coefficients)
-
-    def _held(self, adapter_id: int) -> dict[str, np.ndarray]:
-        if adapter_id not in self._adapters:
-            raise ValueError(f"adapter {adapter_id} is not held")
-        return self._adapters[adapter_id]
-
-    def _loaded_spec(self) -> ModelSpec:
-        self._loaded()
-        assert self._spec is not None
-        return self._spec
 
     def _loaded(self) -> Capabilities:
         if self._caps is None:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from backend_testkit import kv_request, load_cpu, probe_logits, random_weights, run, tiny_spec
-from pie_backend_cpu.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS, PERTURBED_CACHE_SIZE
+from pie_backend_cpu.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS
+from pie_core.adapter_bank import PERTURBED_CACHE_SIZE
 from pie_core import lora
 from pie_core.models.spec import ModelSpec
 from pie_core.scheduler.request import ForwardRequest

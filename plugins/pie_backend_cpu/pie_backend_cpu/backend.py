@@ -18,6 +18,7 @@ from pie_core.hookspec import (
     ForwardBatch,
     hookimpl,
 )
+from pie_core.adapter_bank import AdapterHooks
 from pie_core.models.spec import ModelSpec
 from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
@@ -62,7 +63,7 @@ def _package_version() -> str:
         return "0+unknown"
 
 
-class CpuBackend:
+class CpuBackend(AdapterHooks):
     """Float32 NumPy backend: portable, simple, and the numerical oracle of the conformance suite.
 
     One instance serves one model. Hooks are called from one worker thread at a time.
@@ -163,7 +164,8 @@ class CpuBackend:
         model, caps = self._loaded()
         caps.check_limits(batch)
         check_batch(batch, caps.vocab_size, caps.num_pages, caps.page_size)
-        adapters = self._held_adapters().groups(batch)
+        assert self._adapters is not None
+        adapters = self._adapters.groups(batch)
         rows = logit_rows(batch)
         logits, hidden = model.forward(batch, rows, hidden_rows(batch), adapters)
         return sample_and_probe(batch, rows, logits, self._rng, hidden)
@@ -179,66 +181,6 @@ class CpuBackend:
         self._loaded()
         assert self._store is not None
         self._store.copy(kind, src, dst)
-
-    @hookimpl
-    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
-        """Hold a new zero adapter of ``rank`` over every target of every layer.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: The id is negative or held, ``rank`` is outside ``[1, MAX_ADAPTER_RANK]``,
-                ``scaling`` is not finite, or ``MAX_ADAPTERS`` are held.
-        """
-        self._held_adapters().create(adapter_id, rank, scaling)
-
-    @hookimpl
-    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
-        """Replace a held adapter's tensors and scaling; its cached zo perturbations are dropped.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id, non-finite ``scaling``, or a tensor failing
-                ``pie_core.lora.check_tensors``; the adapter is unchanged.
-        """
-        self._held_adapters().load(adapter_id, tensors, scaling)
-
-    @hookimpl
-    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:
-        """float32 copies of a held adapter's mean tensors, by name.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id.
-        """
-        return self._held_adapters().save(adapter_id)
-
-    @hookimpl
-    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
-        """Release a held adapter and its cached zo perturbations.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id.
-        """
-        self._held_adapters().destroy(adapter_id)
-
-    @hookimpl
-    def pie_backend_adapter_zo(
-        self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray
-    ) -> None:
-        """Move a held adapter's mean (``pie_core.lora.moved``) and set its zo ``sigma``.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id, ``sigma`` not finite and >= 0, lengths differ, a zero or
-                non-integer seed, or a non-finite coefficient; nothing changes.
-        """
-        self._held_adapters().zo(adapter_id, sigma, seeds, coefficients)
-
-    def _held_adapters(self) -> AdapterStore:
-        if self._adapters is None:
-            raise RuntimeError("no model loaded: call pie_backend_load_model first")
-        return self._adapters
 
     def _loaded(self) -> tuple[Transformer, Capabilities]:
         if self._model is None or self._caps is None:

@@ -18,6 +18,7 @@ from pie_core.hookspec import (
     ForwardBatch,
     hookimpl,
 )
+from pie_core.adapter_bank import AdapterHooks
 from pie_core.models.spec import ModelSpec
 from pie_core.sampling import hidden_rows, logit_rows
 
@@ -68,7 +69,7 @@ def _devices() -> tuple[str, ...]:
     return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 
 
-class TorchBackend:
+class TorchBackend(AdapterHooks):
     """torch backend: bf16 and weight-only int8/int4 on a CPU, Triton kernels on CUDA.
 
     One instance serves one model, and the LoRA adapters created for it
@@ -194,7 +195,8 @@ class TorchBackend:
         rows = logit_rows(batch)
         hidden = hidden_rows(batch)
         with torch.inference_mode():
-            lora = self._store().step(batch)
+            assert self._adapters is not None
+            lora = self._adapters.step(batch)
             if self._graphs is not None and self._graphs.accepts(batch, rows, hidden):
                 logits, states = self._graphs.forward(batch, rows)
             else:
@@ -213,67 +215,6 @@ class TorchBackend:
         assert self._cache is not None
         with torch.inference_mode():
             self._cache.copy(kind, src, dst)
-
-    @hookimpl
-    def pie_backend_adapter_create(self, adapter_id: int, rank: int, scaling: float) -> None:
-        """Hold a new zero adapter of ``rank`` over every target of every layer.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: The id is negative or held, ``rank`` is outside ``[1, MAX_ADAPTER_RANK]``,
-                ``scaling`` is not finite, or ``MAX_ADAPTERS`` are held.
-        """
-        self._store().create(adapter_id, rank, scaling)
-
-    @hookimpl
-    def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
-        """Replace a held adapter's weights (see :func:`pie_core.lora.check_tensors`).
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id, non-finite ``scaling`` or a tensor failing the check; the
-                adapter is unchanged.
-        """
-        with torch.inference_mode():
-            self._store().load(adapter_id, tensors, scaling)
-
-    @hookimpl
-    def pie_backend_adapter_save(self, adapter_id: int) -> dict[str, np.ndarray]:
-        """float32 copies of a held adapter's mean tensors, by name.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id.
-        """
-        return self._store().save(adapter_id)
-
-    @hookimpl
-    def pie_backend_adapter_destroy(self, adapter_id: int) -> None:
-        """Release a held adapter and everything cached for it.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id.
-        """
-        self._store().destroy(adapter_id)
-
-    @hookimpl
-    def pie_backend_adapter_zo(
-        self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray
-    ) -> None:
-        """Move a held adapter's mean (:func:`pie_core.lora.moved`) and set its zo ``sigma``.
-
-        Raises:
-            RuntimeError: No model is loaded yet.
-            ValueError: Unknown id, lengths differ, or a value is out of range; nothing changes.
-        """
-        with torch.inference_mode():
-            self._store().zo(adapter_id, sigma, seeds, coefficients)
-
-    def _store(self) -> AdapterStore:
-        if self._adapters is None:
-            raise RuntimeError("no model loaded: call pie_backend_load_model first")
-        return self._adapters
 
     def _loaded(self) -> tuple[Transformer, Capabilities]:
         if self._model is None or self._caps is None:
