@@ -19,7 +19,8 @@ import numpy as np
 import safetensors
 
 from pie_core.errors import InvalidInput
-from pie_core.lora import tensor_name
+from pie_core.lora import TARGETS, tensor_name
+from pie_core.models.hf_reader import LAYER_NAMES
 
 __all__ = ["PeftAdapter", "read", "write", "CONFIG", "WEIGHTS", "MAX_FILE_BYTES"]
 
@@ -28,14 +29,10 @@ WEIGHTS = "adapter_model.safetensors"
 MAX_FILE_BYTES = 4 << 30
 """Largest weights file read (a config is read only up to 1 MiB)."""
 
-_HF_TO_TARGET = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
+_HF_TO_TARGET = {  # transformers' module name in a layer -> the adapter target of that projection
+    hf[: -len(".weight")]: ours[: -len(".weight")]
+    for hf, ours in LAYER_NAMES.items()
+    if hf.endswith(".weight") and ours[: -len(".weight")] in TARGETS
 }
 _TARGET_TO_HF = {t: hf for hf, t in _HF_TO_TARGET.items()}
 _KEY = re.compile(r"^(?:.*\.)?layers\.(\d+)\.(self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj)\.lora_([AB])\.weight$")

@@ -23,7 +23,7 @@ from pie_core.errors import InvalidInput, NotFound
 from pie_core.models.hf_config import spec_from_hf_config
 from pie_core.models.spec import ModelSpec
 
-__all__ = ["read_hf_folder", "spec_from_hf_config", "iter_hf_weights", "canonical_name", "is_hf_folder"]
+__all__ = ["read_hf_folder", "spec_from_hf_config", "iter_hf_weights", "canonical_name", "is_hf_folder", "LAYER_NAMES"]
 
 # Prefixes under which transformers stores the decoder of the supported model classes.
 _PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "model.")
@@ -31,7 +31,7 @@ _PREFIXES = ("model.language_model.", "language_model.model.", "language_model."
 _FOREIGN = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 _LAYER = re.compile(r"layers\.(\d+)\.(.+)")
-_LAYER_NAMES = {
+LAYER_NAMES = {  # transformers' names in a decoder layer -> canonical (blk.{i}.) names
     "input_layernorm.weight": "attn_norm.weight",
     "self_attn.q_proj.weight": "attn_q.weight",
     "self_attn.q_proj.bias": "attn_q.bias",
@@ -50,7 +50,7 @@ _LAYER_NAMES = {
 # Gemma 3's sandwich norms: its post_attention_layernorm follows attention; the MLP's input
 # norm is pre_feedforward_layernorm.
 _GEMMA_LAYER_NAMES = {
-    **_LAYER_NAMES,
+    **LAYER_NAMES,
     "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
@@ -90,7 +90,7 @@ def canonical_name(hf_name: str, arch: str) -> str | None:
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
     match = _LAYER.fullmatch(name)
-    table = _GEMMA_LAYER_NAMES if arch == "gemma3" else _LAYER_NAMES
+    table = _GEMMA_LAYER_NAMES if arch == "gemma3" else LAYER_NAMES
     if match and match.group(2) in table:
         return f"blk.{match.group(1)}.{table[match.group(2)]}"
     raise InvalidInput(f"unexpected tensor {hf_name!r} in a {arch} checkpoint")
