@@ -327,7 +327,8 @@ class BackendSpec:
     @hookspec(firstresult=True)
     def pie_backend_adapter_load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
         """Replace a held adapter's weights (its targets and rank may change; targets absent from
-        ``tensors`` add nothing). Perturbed copies cached for zo seeds are dropped.
+        ``tensors`` add nothing). Its zo sigma stays; perturbed copies cached for zo seeds are
+        dropped.
 
         Args:
             adapter_id: A held adapter.

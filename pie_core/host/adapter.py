@@ -128,11 +128,10 @@ def save(adapter: HostAdapter, path: str) -> None:
     folder = _resolve(path)
     record = adapter.record
     base_model = record.model.name
-    shape = peft.PeftAdapter  # bound now: the write runs on the backend thread
 
-    def write(hook: Any) -> None:
+    def write(hook: Any) -> None:  # on the backend thread, after every earlier change to the adapter
         tensors = hook.pie_backend_adapter_save(adapter_id=record.id)
-        peft.write(folder, shape(tensors, record.rank, record.alpha, record.rslora), base_model)
+        peft.write(folder, peft.PeftAdapter(tensors, record.rank, record.alpha, record.rslora), base_model)
 
     record.backend(write)
 

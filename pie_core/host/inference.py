@@ -12,7 +12,6 @@ from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities, ProbeKind, SamplerKind
 from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.host.adapter import HostAdapter
-from pie_core.host.binding import current
 from pie_core.host.context import HostContext
 from pie_core.runtime.engine import LoadedModel
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
@@ -95,7 +94,7 @@ async def forward(
             f"a pass with a custom attention mask may hold at most {caps.max_batch_tokens} tokens; got {n}"
         )
     _check_limits(caps, model.backend, samples, n, attention_masks is not None, ctx.kv.length)
-    binding = _Binding(record, zo_seed, current().engine.adapters if record is not None else None)
+    binding = _Binding(record, zo_seed, ctx.owner.engine.adapters)
     async with ctx.lock, binding:
         ctx.check_live()
         base = ctx.kv.length
@@ -143,7 +142,7 @@ async def forward(
 class _Binding:
     """The adapter a pass runs with, held in use (not freed) while the pass runs."""
 
-    def __init__(self, record: AdapterRecord | None, zo_seed: int, store: AdapterStore | None) -> None:
+    def __init__(self, record: AdapterRecord | None, zo_seed: int, store: AdapterStore) -> None:
         self.record = record
         self.store = store
         self.zo_seed = zo_seed
@@ -151,11 +150,11 @@ class _Binding:
         self.salt = b"" if record is None else record.salt(zo_seed)
 
     async def __aenter__(self) -> None:
-        if self.record is not None and self.store is not None:
+        if self.record is not None:
             self.store.use(self.record)
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.record is not None and self.store is not None:
+        if self.record is not None:
             self.store.unuse(self.record)
 
 
