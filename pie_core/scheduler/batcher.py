@@ -1,25 +1,32 @@
 """The per-model batcher: merges all queued forward requests into one backend call at a time.
 
-One batch is in flight per backend; the backend runs in its own worker thread so the event loop
-keeps serving inferlets (and queueing the next batch) meanwhile.
+One batch is in flight per backend; the backend runs in its own worker thread, and while it
+runs batch k the event loop keeps serving inferlets and assembles batch k+1 (run-ahead).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
-from pie_core.errors import BackendError
 import numpy as np
 
+from pie_core.errors import BackendError
 from pie_core.hookspec import BatchOutput, Capabilities, CopyKind, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
 from pie_core.scheduler.request import ForwardRequest, RequestOutput
 
 __all__ = ["Batcher", "BatchStats"]
+
+_log = logging.getLogger(__name__)
+
+_Copy = tuple[CopyKind, list[int], list[int]]
+_Op = tuple[Callable[[], Any], asyncio.Future[Any]]
 
 
 class BatchStats:
@@ -38,12 +45,55 @@ class BatchStats:
         return max(self.sizes, default=0)
 
 
+@dataclass(slots=True)
+class _Flight:
+    """The batch on the backend thread; ``future`` gives (output or error, backend seconds)."""
+
+    requests: list[ForwardRequest]
+    batch: ForwardBatch
+    future: asyncio.Future[tuple[BatchOutput | Exception, float]]
+
+
+def _live(req: ForwardRequest) -> bool:
+    return req.future is None or not req.future.done()
+
+
+def _mask_size(req: ForwardRequest) -> int:
+    return 0 if req.attention_mask is None else int(req.attention_mask.size)
+
+
 class Batcher:
     """Queue of ForwardRequests for one model, fired as batches.
 
-    Policy ``adaptive`` fires when the queue holds as many requests as the last batch did, when
-    a limit would be exceeded, or when the oldest request has waited as long as the last batch
-    took. ``greedy`` fires whatever is queued at once (for debugging).
+    Policy ``adaptive`` fires when the next batch holds as many requests as the last batch did,
+    when a capability limit is reached, or when it has gathered for as long as the last batch
+    took (the clock starts when the previous batch returned, or at the first request after an
+    idle spell). ``greedy`` fires whatever is queued at once (for debugging). A batch stays
+    within ``max_batch_requests``, ``max_batch_tokens``, ``max_sample_rows`` and
+    ``max_mask_bytes`` (custom-mask entries), except a single request is always taken.
+
+    The run loop guarantees:
+
+    - A batch fires only when the backend thread is idle (no batch or operation running), so at
+      most one batch is in flight and batches run in firing order.
+    - While batch k (or an operation) runs, requests queued at its launch or arriving meanwhile
+      are taken into batch k+1 and assembled, so k+1 fires as soon as k returns if it is ready
+      by the rules above.
+    - Operations enqueued before a batch fires run before it, and so do page copies (they are
+      taken when the batch fires, not when it is assembled).
+    - A request whose future is cancelled or done before its batch fires is not sent: the batch
+      is re-assembled without it (its pages may already belong to someone else).
+    - Each request's future gets its share of the output, or the batch's error if the backend
+      failed; a failure touches only the requests of that batch.
+
+    Args:
+        forward: Runs one batch on the backend (called on the worker thread).
+        caps: The backend's limits.
+        policy: ``"adaptive"`` or ``"greedy"``.
+        copy_pages: Runs one page copy on the backend (worker thread); None when it cannot.
+        on_batch: Called on the event loop after every batch returned, successful or not, and
+            after its results reached the futures, with the batch's backend wall time in
+            seconds. An exception from it is logged and ignored.
     """
 
     def __init__(
@@ -52,17 +102,24 @@ class Batcher:
         caps: Capabilities,
         policy: str = "adaptive",
         copy_pages: Callable[[CopyKind, np.ndarray, np.ndarray], None] | None = None,
+        on_batch: Callable[[float], None] | None = None,
     ) -> None:
         if policy not in ("adaptive", "greedy"):
             raise ValueError(f"unknown batching policy {policy!r}; use 'adaptive' or 'greedy'")
         self._forward = forward
         self._copy_pages = copy_pages
-        self._copies: list[tuple[CopyKind, list[int], list[int]]] = []
-        self._ops: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self._on_batch = on_batch
+        self._copies: list[_Copy] = []
+        self._ops: list[_Op] = []
         self._caps = caps
         self._policy = policy
-        self._queue: list[ForwardRequest] = []
-        self._queued_tokens = 0
+        self._queue: list[ForwardRequest] = []  # submitted, not yet taken
+        self._ahead: list[ForwardRequest] = []  # taken into the next batch
+        self._ahead_batch: ForwardBatch | None = None  # _ahead assembled; None when stale
+        self._pending_tokens = 0  # over _queue and _ahead
+        self._pending_mask = 0
+        self._flight: _Flight | None = None
+        self._ops_ran: asyncio.Future[Any] | None = None  # the last operations sent to the backend
         self._want = 1  # queue length at which a submit wakes the run loop
         self._wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -78,7 +135,8 @@ class Batcher:
         self._adopt(loop)
         request.future = loop.create_future()
         self._queue.append(request)
-        self._queued_tokens += request.num_tokens
+        self._pending_tokens += request.num_tokens
+        self._pending_mask += _mask_size(request)
         # Wake the run loop only when it would act: waking it per submit costs a timer each time.
         if len(self._queue) >= self._want or self._at_limit():
             self._wakeup.set()
@@ -87,8 +145,12 @@ class Batcher:
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)
             self._loop, self._wakeup, self._task = loop, asyncio.Event(), None
-            self._queue = [r for r in self._queue if r.future is not None and r.future.get_loop() is loop]
-            self._queued_tokens = sum(r.num_tokens for r in self._queue)
+            self._flight = self._ops_ran = None
+            pending = self._ahead + self._queue
+            self._queue = [r for r in pending if r.future is not None and r.future.get_loop() is loop]
+            self._ahead, self._ahead_batch = [], None
+            self._pending_tokens = sum(r.num_tokens for r in self._queue)
+            self._pending_mask = sum(_mask_size(r) for r in self._queue)
             # Operations from a closed loop still run, in order (a released adapter must be freed
             # before its id is handed out again); nobody can await their old futures any more.
             self._ops = [(op, f if f.get_loop() is loop else loop.create_future()) for op, f in self._ops]
@@ -122,7 +184,179 @@ class Batcher:
         self._wakeup.set()
         return done
 
-    def _run_ops(self, ops: list[tuple[Callable[[], Any], asyncio.Future[Any]]]) -> list[tuple[bool, Any]]:
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch (queued or taken into the next one)."""
+        return len(self._queue) + len(self._ahead)
+
+    async def close(self) -> None:
+        """Stop the loop, let the batch in flight finish, fail what waits, stop the worker thread."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        flight, self._flight = self._flight, None
+        if flight is not None and flight.future.get_loop() is asyncio.get_running_loop():
+            await asyncio.wait([flight.future])
+            self._land(flight)
+        for req in self._ahead + self._queue:
+            if req.future is not None and not req.future.done():
+                req.future.set_exception(BackendError("the engine shut down before this pass ran"))
+        for _, done in self._ops:
+            if not done.done():
+                done.set_exception(BackendError("the engine shut down before this operation ran"))
+        self._ops.clear()
+        self._queue.clear()
+        self._ahead, self._ahead_batch = [], None
+        self._pending_tokens = self._pending_mask = 0
+        self._executor.shutdown(wait=True)
+
+    async def _run(self) -> None:
+        opened: float | None = None  # when the next batch began gathering
+        while True:
+            self._flush_ops()
+            if self._flight is not None and self._flight.future.done():
+                self._land(self._flight)
+            self._take()
+            timeout = None
+            busy = self._flight is not None or (self._ops_ran is not None and not self._ops_ran.done())
+            if not busy and self._ahead:
+                now = time.perf_counter()
+                opened = now if opened is None else opened
+                timeout = opened + self._last_duration - now
+                full = bool(self._queue) or self._at_limit()  # _take stops only at a limit
+                if self._policy == "greedy" or full or len(self._ahead) >= self._last_size or timeout <= 0:
+                    self._fire()
+                    opened = None
+                    continue
+            elif self._ahead and self._ahead_batch is None:  # run-ahead: assemble k+1 while k runs
+                self._ahead_batch = assemble(self._ahead, self._caps.vocab_size)
+            # While gathering, wake when the batch would be as large as the last one; else at once.
+            self._want = self._last_size - len(self._ahead) if not busy and self._ahead else 1
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                pass
+
+    def _take(self) -> None:
+        """Move the longest queue prefix that fits beside ``_ahead`` into it (always at least one
+        request per batch); requests already cancelled are dropped."""
+        caps = self._caps
+        count = len(self._ahead)
+        tokens = sum(r.num_tokens for r in self._ahead)
+        rows = sum(len(r.samples) + len(r.probes) for r in self._ahead)
+        mask = sum(_mask_size(r) for r in self._ahead)
+        n = 0
+        for req in self._queue:
+            if _live(req):
+                tokens += req.num_tokens
+                rows += len(req.samples) + len(req.probes)
+                mask += _mask_size(req)
+                if count and (
+                    count + 1 > caps.max_batch_requests
+                    or tokens > caps.max_batch_tokens
+                    or rows > caps.max_sample_rows
+                    or mask > caps.max_mask_bytes
+                ):
+                    break
+                count += 1
+            n += 1
+        if not n:
+            return
+        taken, self._queue = self._queue[:n], self._queue[n:]
+        live = [r for r in taken if _live(r)]
+        self._forget([r for r in taken if not _live(r)])
+        if live:
+            self._ahead += live
+            self._ahead_batch = None
+
+    def _at_limit(self) -> bool:
+        caps = self._caps
+        return (
+            len(self._queue) + len(self._ahead) >= caps.max_batch_requests
+            or self._pending_tokens >= caps.max_batch_tokens
+            or 0 < caps.max_mask_bytes <= self._pending_mask
+        )
+
+    def _forget(self, requests: Sequence[ForwardRequest]) -> None:
+        self._pending_tokens -= sum(r.num_tokens for r in requests)
+        self._pending_mask -= sum(_mask_size(r) for r in requests)
+
+    def _fire(self) -> None:
+        """Send ``_ahead`` (without requests cancelled meanwhile) to the idle backend thread, with
+        the copies enqueued so far (the operations enqueued so far already ran)."""
+        live = [r for r in self._ahead if _live(r)]
+        batch = self._ahead_batch if len(live) == len(self._ahead) else None
+        self._forget(self._ahead)
+        self._ahead, self._ahead_batch = [], None
+        if not live:
+            return
+        if batch is None:
+            batch = assemble(live, self._caps.vocab_size)
+        copies, self._copies = self._copies, []
+        future = asyncio.wrap_future(self._executor.submit(self._execute, batch, copies), loop=self._loop)
+        future.add_done_callback(lambda _: self._wakeup.set())
+        self._flight = _Flight(live, batch, future)
+
+    def _execute(self, batch: ForwardBatch, copies: list[_Copy]) -> tuple[BatchOutput | Exception, float]:
+        started = time.perf_counter()
+        try:
+            for kind, src, dst in copies:
+                if self._copy_pages is None:
+                    raise BackendError("this backend cannot copy pages")
+                self._copy_pages(kind, np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32))
+            outcome: BatchOutput | Exception = self._forward(batch)
+        except Exception as exc:  # handed to the batch's requests
+            outcome = exc
+        return outcome, time.perf_counter() - started
+
+    def _land(self, flight: _Flight) -> None:
+        """Hand a returned batch's results (or error) to its requests' futures."""
+        self._flight = None
+        outcome, seconds = flight.future.result()
+        self._last_duration = seconds
+        self.stats.backend_seconds += seconds
+        taken = flight.requests
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            results = split_output(taken, flight.batch, outcome)
+        except Exception as exc:  # the backend failed: every request of the batch fails
+            err = exc if isinstance(exc, BackendError) else BackendError(f"backend failed: {exc!r}")
+            for req in taken:
+                if req.future is not None and not req.future.done():
+                    req.future.set_exception(err)
+        else:
+            self._last_size = len(taken)
+            self.stats.batches += 1
+            self.stats.requests += len(taken)
+            self.stats.tokens += flight.batch.num_tokens
+            self.stats.sampled += len(outcome.tokens)
+            self.stats.sizes[len(taken)] += 1
+            for req, res in zip(taken, results):
+                if req.future is not None and not req.future.done():
+                    req.future.set_result(res)
+        if self._on_batch is not None:
+            try:
+                self._on_batch(seconds)
+            except Exception:
+                _log.exception("the on_batch hook failed; the batcher goes on")
+
+    def _flush_ops(self) -> None:
+        """Submit the enqueued operations to the backend thread (they run after the batch in
+        flight); their futures are settled when they ran, whether or not the run loop lives."""
+        ops, self._ops = self._ops, []
+        if ops:
+            ran = asyncio.wrap_future(self._executor.submit(self._run_ops, ops), loop=self._loop)
+            ran.add_done_callback(lambda f: self._settle_ops(ops, f.result()))
+            ran.add_done_callback(lambda _: self._wakeup.set())
+            self._ops_ran = ran
+
+    @staticmethod
+    def _run_ops(ops: list[_Op]) -> list[tuple[bool, Any]]:
         results: list[tuple[bool, Any]] = []
         for op, _ in ops:
             try:
@@ -131,82 +365,8 @@ class Batcher:
                 results.append((False, exc))
         return results
 
-    def _execute(self, batch: ForwardBatch, copies: list[tuple[CopyKind, list[int], list[int]]]) -> BatchOutput:
-        for kind, src, dst in copies:
-            if self._copy_pages is None:
-                raise BackendError("this backend cannot copy pages")
-            self._copy_pages(kind, np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32))
-        return self._forward(batch)
-
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
-    async def close(self) -> None:
-        """Stop the loop, fail what is queued, and stop the worker thread."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        for req in self._queue:
-            if req.future is not None and not req.future.done():
-                req.future.set_exception(BackendError("the engine shut down before this pass ran"))
-        for _, done in self._ops:
-            if not done.done():
-                done.set_exception(BackendError("the engine shut down before this operation ran"))
-        self._ops.clear()
-        self._queue.clear()
-        self._queued_tokens = 0
-        self._executor.shutdown(wait=True)
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self._queue:
-                if self._ops:
-                    await self._flush_ops(loop)
-                    continue
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            await self._gather()
-            await self._flush_ops(loop)
-            taken = self._take()
-            if not taken:
-                continue
-            batch = assemble(taken, self._caps.vocab_size)
-            started = time.perf_counter()
-            copies, self._copies = self._copies, []
-            try:
-                output = await loop.run_in_executor(self._executor, self._execute, batch, copies)
-                results = split_output(taken, batch, output)
-            except Exception as exc:  # the backend failed: every request of the batch fails
-                err = exc if isinstance(exc, BackendError) else BackendError(f"backend failed: {exc!r}")
-                for req in taken:
-                    if req.future is not None and not req.future.done():
-                        req.future.set_exception(err)
-                continue
-            finally:
-                self._last_duration = time.perf_counter() - started
-                self.stats.backend_seconds += self._last_duration
-            self._last_size = len(taken)
-            self.stats.batches += 1
-            self.stats.requests += len(taken)
-            self.stats.tokens += batch.num_tokens
-            self.stats.sampled += len(output.tokens)
-            self.stats.sizes[len(taken)] += 1
-            for req, res in zip(taken, results):
-                if req.future is not None and not req.future.done():
-                    req.future.set_result(res)
-
-    async def _flush_ops(self, loop: asyncio.AbstractEventLoop) -> None:
-        ops, self._ops = self._ops, []
-        if not ops:
-            return
-        # Shielded: cancelling the run loop (its event loop closing) must not cancel operations
-        # not yet started on the backend thread -- a released adapter's free would be lost.
-        results = await asyncio.shield(asyncio.wrap_future(self._executor.submit(self._run_ops, ops), loop=loop))
+    @staticmethod
+    def _settle_ops(ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
         for (_, done), (ok, value) in zip(ops, results):
             if done.done():
                 continue
@@ -214,48 +374,3 @@ class Batcher:
                 done.set_result(value)
             else:
                 done.set_exception(value)
-
-    async def _gather(self) -> None:
-        """Adaptive firing: wait briefly for the queue to reach the last batch's size."""
-        if self._policy == "greedy":
-            return
-        deadline = time.perf_counter() + self._last_duration
-        self._want = self._last_size
-        try:
-            while len(self._queue) < self._last_size and not self._at_limit():
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    return
-                self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
-                except TimeoutError:
-                    return
-        finally:
-            self._want = 1
-
-    def _at_limit(self) -> bool:
-        caps = self._caps
-        return (
-            len(self._queue) >= caps.max_batch_requests
-            or self._queued_tokens >= caps.max_batch_tokens
-        )
-
-    def _take(self) -> list[ForwardRequest]:
-        """Pop the longest queue prefix within the capability limits (always at least one)."""
-        caps = self._caps
-        tokens = rows = 0
-        count = 0
-        for req in self._queue:
-            tokens += req.num_tokens
-            rows += len(req.samples) + len(req.probes)
-            if count and (
-                count + 1 > caps.max_batch_requests
-                or tokens > caps.max_batch_tokens
-                or rows > caps.max_sample_rows
-            ):
-                break
-            count += 1
-        taken, self._queue = self._queue[:count], self._queue[count:]
-        self._queued_tokens -= sum(r.num_tokens for r in taken)
-        return [r for r in taken if r.future is None or not r.future.cancelled()]
