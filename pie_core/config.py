@@ -40,6 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "engine.default_backend": "auto",
     "engine.page_size": 16,
     "engine.kv_memory": "2GiB",
+    "engine.kv_pages": 0,
+    "engine.host_pages": -1,
 }
 
 _DEFAULT_TEXT = '''\
@@ -54,6 +56,11 @@ default_backend = "auto"
 page_size = 16
 # Memory for the KV cache ("2GiB", "512MiB", or a byte count).
 kv_memory = "2GiB"
+# KV pages in the device pool; 0 = as many as fit in kv_memory (`pie run --kv-pages N`).
+kv_pages = 0
+# Host-memory pages suspended contexts are offloaded to; 0 = none (they are replayed),
+# -1 = the backend's default (`pie run --host-pages N`).
+host_pages = -1
 
 # Add models by name:
 # [model.my-model]
@@ -207,12 +214,15 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 def parse_bytes(value: str | int) -> int:
     """``"2GiB"`` → 2147483648; integers pass through.
 
+    Units: B, KB/MB/GB/TB (powers of 1000; K/M/G alone too) and KiB/MiB/GiB/TiB (powers of 1024),
+    in any case.
+
     Raises:
-        InvalidInput: Not a size.
+        InvalidInput: Not a size (a string without a known unit, a float, a bool, ...).
     """
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
     if m is None or m.group(2).lower() not in _UNITS:
         raise InvalidInput(f"not a size: {value!r} (use e.g. 2GiB, 512MiB or a byte count)")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])

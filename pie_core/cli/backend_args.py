@@ -1,18 +1,47 @@
-"""``--dtype`` and ``--backend-option KEY=VALUE``: the backend options of ``pie run`` and ``pie serve``."""
+"""The engine options of ``pie run`` and ``pie serve``: ``--dtype``, ``--backend-option KEY=VALUE``,
+``--kv-pages``, ``--host-pages`` and the ``[engine]`` keys of ``config.toml`` they override."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from tomlkit.toml_document import TOMLDocument
+
+from pie_core import config
 from pie_core.errors import InvalidInput
 from pie_core.hookspec import BackendOptions
 
-__all__ = ["add_backend_arguments", "backend_options"]
+__all__ = ["EngineOptions", "add_backend_arguments", "engine_options", "HOST_PAGES_BACKEND_DEFAULT"]
+
+HOST_PAGES_BACKEND_DEFAULT = -1
+"""``engine.host_pages`` value that leaves the host pool at the backend's own size."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """What the flags and the configuration ask of the engine.
+
+    ``host_pages`` is ``None`` for the backend's own host pool, else the pages the core may
+    offload suspended contexts to (0: none; they are rebuilt by replaying their tokens).
+    """
+
+    backend: BackendOptions
+    host_pages: int | None = None
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`~pie_core.runtime.engine.Engine` (``host_pages`` only when set)."""
+        kwargs: dict[str, Any] = {"options": self.backend}
+        if self.host_pages is not None:
+            kwargs["host_pages"] = self.host_pages
+        return kwargs
 
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """Add ``--dtype`` and the repeatable ``--backend-option`` to a command."""
+    """Add ``--dtype``, the repeatable ``--backend-option``, ``--kv-pages`` and ``--host-pages`` to a command."""
     p.add_argument("--dtype", default="auto", help="weights and activations: auto (the backend's best), float32, bfloat16, float16")
     p.add_argument(
         "--backend-option",
@@ -22,21 +51,77 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
         help="a backend-specific option, e.g. quant=int8 or threads=2 for torch (repeatable; "
         "true/false and integers are converted)",
     )
+    p.add_argument("--kv-pages", metavar="N",
+                   help="KV pages in the device pool, N >= 1 (default: engine.kv_pages, or as many as fit in engine.kv_memory)")
+    p.add_argument("--host-pages", metavar="N",
+                   help="host-memory pages suspended contexts are offloaded to; 0: none, they are replayed "
+                   "(default: engine.host_pages, or the backend's)")
 
 
-def backend_options(args: argparse.Namespace) -> BackendOptions:
-    """The options the flags ask for.
+def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) -> EngineOptions:
+    """The options the flags ask for, with ``engine.page_size``, ``engine.kv_memory``,
+    ``engine.kv_pages`` and ``engine.host_pages`` from the configuration where no flag is given.
+
+    Args:
+        args: Parsed flags of a command that called :func:`add_backend_arguments`.
+        doc: The configuration (default: ``~/.pie/config.toml``, or the defaults when absent).
 
     Raises:
-        InvalidInput: A ``--backend-option`` is not ``KEY=VALUE``.
+        InvalidInput: A ``--backend-option`` is not ``KEY=VALUE``, or a flag or key is out of
+            range or not a number (the message names it).
     """
+    doc = doc if doc is not None else config.load_config()
     extra: dict[str, Any] = {}
     for item in args.backend_option:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InvalidInput(f"--backend-option {item!r}: expected KEY=VALUE, e.g. quant=int8")
         extra[key.strip()] = _value(value.strip())
-    return BackendOptions(dtype=args.dtype, extra=extra)
+
+    page_size = _config_int(doc, "engine.page_size", 1, "tokens per KV page")
+    kv_memory = _config_bytes(doc, "engine.kv_memory")
+    if args.kv_pages is not None:
+        kv_pages = _flag_int("--kv-pages", args.kv_pages, 1, "the device pool's size in pages")
+    else:
+        kv_pages = _config_int(doc, "engine.kv_pages", 0, "pages in the device pool; 0 sizes it from engine.kv_memory")
+    if args.host_pages is not None:
+        host_pages: int | None = _flag_int("--host-pages", args.host_pages, 0, "host pages; 0 turns offload off")
+    else:
+        host_pages = _config_int(doc, "engine.host_pages", HOST_PAGES_BACKEND_DEFAULT,
+                                 f"host pages; 0 turns offload off, {HOST_PAGES_BACKEND_DEFAULT} keeps the backend's")
+        if host_pages == HOST_PAGES_BACKEND_DEFAULT:
+            host_pages = None
+    backend = BackendOptions(dtype=args.dtype, extra=extra, page_size=page_size, kv_pages=kv_pages,
+                             kv_memory_bytes=kv_memory)
+    if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
+        backend = dataclasses.replace(backend, host_pages=host_pages)
+    return EngineOptions(backend=backend, host_pages=host_pages)
+
+
+def _flag_int(flag: str, text: str, minimum: int, meaning: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]+\s*", text) or int(text) < minimum:
+        raise InvalidInput(f"{flag} {text!r}: expected a whole number >= {minimum} ({meaning})")
+    return int(text)
+
+
+def _config_int(doc: TOMLDocument, key: str, minimum: int, meaning: str) -> int:
+    value = config.get(key, doc)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"config {key} = {value!r}: expected a whole number >= {minimum} ({meaning}); "
+                           f"fix it with 'pie config set {key} N'")
+    return value
+
+
+def _config_bytes(doc: TOMLDocument, key: str) -> int:
+    value = config.get(key, doc)
+    try:
+        size = config.parse_bytes(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"config {key}: {exc}; fix it with 'pie config set {key} 2GiB'") from None
+    if size < 1:
+        raise InvalidInput(f"config {key} = {value!r}: the KV cache needs at least one byte; "
+                           f"fix it with 'pie config set {key} 2GiB'")
+    return size
 
 
 def _value(text: str) -> Any:

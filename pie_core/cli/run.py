@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pie_core.cli.backend_args import add_backend_arguments, backend_options
+from pie_core.cli.backend_args import add_backend_arguments, engine_options
 from pie_core.cli.progress import loading_bar
 from pie_core.errors import InvalidInput
 from pie_core.host.binding import HostInstance
@@ -57,11 +57,12 @@ def _run(args: argparse.Namespace) -> int:
         files = [_read_file(f) for f in args.file]
         final = run_remote(args.server, args.target, args.trailing, files, printer, args.token)
         return 0 if final.kind == "return" else 1
+    options = engine_options(args)  # bad flags or config fail before anything loads
     manifest = load_manifest(find_inferlet(args.target))
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
     files = [_read_file(f) for f in args.file]
-    engine = Engine("dummy" if args.dummy else args.backend, options=backend_options(args), policy=args.policy)
+    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy, **options.engine_kwargs())
     with loading_bar("loading model", enabled=not args.quiet and sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
     saver = _FileSaver(Path(args.output_dir), manifest.name)

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from pie_core.cli.backend_args import add_backend_arguments, backend_options
+from pie_core.cli.backend_args import add_backend_arguments, engine_options
 from pie_core.cli.progress import loading_bar
 from pie_core.errors import InvalidInput
 
@@ -67,9 +67,10 @@ def _serve(args: argparse.Namespace) -> int:
     from pie_core.server.quotas import Quotas
 
     quotas = Quotas.from_config()  # a bad [server.quotas] table stops us before the model loads
+    engine_opts = engine_options(args)  # so do bad pool flags or [engine] keys
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    engine = Engine("dummy" if args.dummy else args.backend, options=backend_options(args), policy=args.policy)
+    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy, **engine_opts.engine_kwargs())
     with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
         engine.load(args.model, progress=progress)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
