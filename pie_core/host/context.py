@@ -11,9 +11,11 @@ from pie_core.errors import InvalidInput, PieError
 from pie_core.hookspec import CopyKind
 from pie_core.host.binding import HostInstance, current
 from pie_core.host.model import resolve
+from pie_core.host.scheduling import wallet
 from pie_core.kv.context import KvContext
 from pie_core.kv.snapshots import Snapshot
 from pie_core.runtime.engine import LoadedModel
+from pie_core.scheduler.market import DEFAULT_REMAINING, default_bid
 from pie_core.speculation.ngram import NgramDrafter
 
 __all__ = [
@@ -43,13 +45,15 @@ class HostContext:
     """A context resource: a model, its KV pages, and a lock that keeps one pass in flight.
 
     Its pages are charged to the owner's user (``model.pool.accounts``), and so are the pages
-    of snapshots saved from it, which stay charged after the inferlet ends.
+    of snapshots saved from it, which stay charged after the inferlet ends. It bids for its
+    pages in the model's market with the owner's wallet (``holder``).
     """
 
     def __init__(self, model: LoadedModel, owner: HostInstance, kv: KvContext | None = None) -> None:
         self.model = model
         self.owner = owner
         self.kv = kv if kv is not None else KvContext(model.pool, model.pool.accounts.of(owner.username))
+        self.holder = model.market.join(self.kv, wallet(model, owner))
         self.lock = asyncio.Lock()
         self.drafter: NgramDrafter | None = None  # the system drafter, made on first use
         self.thread = threading.get_ident()
@@ -69,6 +73,7 @@ class HostContext:
 
     def release(self) -> None:
         self.kv.release()
+        self.model.market.leave(self.kv)
         self.owner.resources.discard(self)
 
 
@@ -112,9 +117,15 @@ def truncate(ctx: HostContext, n: int) -> None:
     ctx.kv.truncate(n)
 
 
-def _fork_kv(ctx: HostContext) -> KvContext:
-    kv, src, dst = ctx.kv.fork(ctx.model.pool.accounts.of(current().username))
-    ctx.model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
+def _fork_kv(model: LoadedModel, source: KvContext, bid: float) -> KvContext:
+    """A clone of ``source`` charged to the caller. Under contention the pages for its working
+    copy are bought from holders bidding below ``bid``; failing that the clone starts suspended
+    (rebuilt by replay on its first pass), and only a clone that can do neither is refused."""
+    need = max(0, -(-source.length // source.page_size) - source.committed) if source.resident else 0
+    resident = model.market.take_now(need, bid) or not model.market.replayable(source)
+    kv, src, dst = source.fork(model.pool.accounts.of(current().username), resident=resident)
+    model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
+    model.market.ledger.burn(wallet(model, current()), len(dst))
     return kv
 
 
@@ -126,7 +137,7 @@ def fork(ctx: HostContext) -> HostContext:
         OutOfPages: No free page for the working copy, or the user's page quota is reached.
     """
     ctx.check_live()
-    return HostContext(ctx.model, current(), _fork_kv(ctx))
+    return HostContext(ctx.model, current(), _fork_kv(ctx.model, ctx.kv, ctx.holder.bid()))
 
 
 def save(ctx: HostContext, name: str, sdk_state: Any = None) -> None:
@@ -144,7 +155,9 @@ def save(ctx: HostContext, name: str, sdk_state: Any = None) -> None:
         raise InvalidInput(f"a snapshot name must be a non-empty string, got {name!r}")
     store = current().engine.snapshots
     store.check_room(ctx.model.name, current().username, name)
-    store.put(ctx.model.name, current().username, name, Snapshot(_fork_kv(ctx), sdk_state))
+    kv = _fork_kv(ctx.model, ctx.kv, ctx.holder.bid())
+    ctx.model.market.join(kv, None)  # snapshots bid 0: the first to move under pressure
+    store.put(ctx.model.name, current().username, name, Snapshot(kv, sdk_state))
 
 
 def snapshot(ctx: HostContext, sdk_state: Any = None) -> str:
@@ -160,9 +173,9 @@ def open_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
     snap = current().engine.snapshots.get(loaded.name, current().username, name)
     if snap is None:
         return None
-    kv, src, dst = snap.kv.fork(loaded.pool.accounts.of(current().username))
-    loaded.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
-    return HostContext(loaded, current(), kv), snap.sdk_state
+    own = wallet(loaded, current())
+    bid = default_bid(own.balance, max(1, len(snap.kv.pages)), DEFAULT_REMAINING, loaded.pool.page_size, own.dividend)
+    return HostContext(loaded, current(), _fork_kv(loaded, snap.kv, bid)), snap.sdk_state
 
 
 def take_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
@@ -180,6 +193,7 @@ def delete_snapshot(model: str, name: str) -> None:
     snap = current().engine.snapshots.pop(loaded.name, current().username, name)
     if snap is not None:
         snap.kv.release()
+        loaded.market.leave(snap.kv)
 
 
 def reserve_working_pages(ctx: HostContext, n: int) -> None:

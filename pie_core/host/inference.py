@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence, TypeVar
+from typing import Sequence
 
 import numpy as np
 
@@ -14,12 +14,10 @@ from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.context import HostContext
 from pie_core.runtime.engine import LoadedModel
-from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
+from pie_core.scheduler.passes import Pass, Tag, run_pass
+from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
-
-_Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
-
 
 async def forward(
     ctx: HostContext,
@@ -62,7 +60,9 @@ async def forward(
 
     Raises:
         InvalidInput: Any argument out of range; the message names it. Nothing is written.
-        OutOfPages: The pool cannot hold the new tokens. Nothing is written.
+        OutOfPages: The context alone needs more pages than the pool holds, or its user's page
+            quota is reached. Nothing is written. (Under contention the pass waits instead:
+            the KV-page market suspends and restores contexts, see ``pie_core.scheduler.market``.)
         Unsupported: The backend did not declare a feature the pass needs.
     """
     ctx.check_live()
@@ -99,44 +99,9 @@ async def forward(
         ctx.check_live()
         base = ctx.kv.length
         pos = _check_positions(positions, n, base, model.spec.max_position)
-        if attention_masks is None and n >= ctx.kv.page_size:
-            rows = [s.index for s in samples] + [p.index for p in probes]
-            done = ctx.kv.adopt_prefix(ids, pos, min(rows, default=n), binding.salt)
-            if done:  # those tokens' pages came from the prefix cache
-                ids, pos, n = ids[done:], pos[done:], n - done
-                samples = [_shift(s, done) for s in samples]
-                probes = [_shift(p, done) for p in probes]
-                if n == 0:
-                    return RequestOutput(tokens=(), probes=())
-        outputs, order = [], []
-        first_draft = ctx.kv.length + n - drafts  # the KV slot the first draft lands in
-        try:
-            for start in range(0, n, caps.max_batch_tokens):
-                stop = min(n, start + caps.max_batch_tokens)
-                masks = None
-                if attention_masks is not None:
-                    masks = _decode_masks(attention_masks, n, base + n)
-                kept = [i for i, s in enumerate(samples) if start <= s.index < stop]
-                chunk_samples = tuple(_shift(samples[i], start) for i in kept)
-                chunk_probes = tuple(_remask(_shift(p, start), kept) for p in probes if start <= p.index < stop)
-                hold = max(0, stop - (n - drafts))
-                outputs.append(
-                    await _run_chunk(
-                        ctx, ids[start:stop], pos[start:stop], masks, chunk_samples, chunk_probes, hold, binding
-                    )
-                )
-                order.extend(kept)
-        except BaseException:
-            if drafts and not ctx.kv.released:  # drafts of earlier chunks that landed go again
-                ctx.kv.settle(max(0, ctx.kv.length - first_draft))
-            raise
-        out = RequestOutput(
-            tokens=tuple(t for o in outputs for t in o.tokens), probes=tuple(p for o in outputs for p in o.probes)
-        )
-        if drafts:
-            out = replace(out, drafts_kept=_verify(out, order, verifiers, ids[n - drafts :]))
-            ctx.kv.settle(drafts - out.drafts_kept)
-    return out
+        masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
+        work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
+        return await run_pass(model, ctx.holder, work)
 
 
 class _Binding:
@@ -146,8 +111,7 @@ class _Binding:
         self.record = record
         self.store = store
         self.zo_seed = zo_seed
-        self.adapter_id = -1 if record is None else record.id
-        self.salt = b"" if record is None else record.salt(zo_seed)
+        self.tag = None if record is None else Tag(record, zo_seed, record.salt(zo_seed))
 
     async def __aenter__(self) -> None:
         if self.record is not None:
@@ -179,17 +143,6 @@ def _check_adapter(adapter: HostAdapter | None, zo_seed: int, model: LoadedModel
         if record.zo is None:
             raise InvalidInput(f"zo_seed needs an adapter set up with zo.initialize; {record.name!r} is not")
     return record
-
-
-def _verify(out: RequestOutput, order: list[int], verifiers: list[int], drafts: np.ndarray) -> int:
-    """How many leading drafts equal the token sampled at the row before each."""
-    where = {sample: i for i, sample in enumerate(order)}
-    kept = 0
-    for i, draft in enumerate(drafts.tolist()):
-        if out.tokens[where[verifiers[i]]][0] != draft:
-            break
-        kept += 1
-    return kept
 
 
 def _check_sample_masks(samples: Sequence[SampleSpec], vocab: int, supported: bool, backend: str) -> None:
@@ -230,40 +183,6 @@ def _check_drafts(drafts: int, n: int, samples: Sequence[SampleSpec], masked: bo
     return verifiers
 
 
-async def _run_chunk(
-    ctx: HostContext,
-    ids: np.ndarray,
-    pos: np.ndarray,
-    masks: np.ndarray | None,
-    samples: tuple[SampleSpec, ...],
-    probes: tuple[ProbeSpec, ...],
-    hold: int,
-    binding: _Binding,
-) -> RequestOutput:
-    kv = ctx.kv
-    plan = kv.plan_write(len(ids))
-    request = ForwardRequest(
-        token_ids=ids,
-        positions=pos,
-        page_ids=plan.page_ids,
-        last_page_len=plan.last_page_len,
-        write_slots=plan.write_slots,
-        attention_mask=masks,
-        samples=samples,
-        probes=probes,
-        adapter_id=binding.adapter_id,
-        zo_seed=binding.zo_seed,
-    )
-    try:
-        out = await ctx.model.batcher.submit(request)
-    except BaseException:
-        if not kv.released:  # give back pages reserved for tokens that never landed
-            kv.release_working(len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed))
-        raise
-    kv.advance(ids.tolist(), pos.tolist(), masked=masks is not None, hold=hold, salt=binding.salt)
-    return out
-
-
 def _check_limits(
     caps: Capabilities, backend: str, samples: Sequence[SampleSpec], n: int, masked: bool, base: int
 ) -> None:
@@ -280,17 +199,6 @@ def _check_limits(
             f"a custom attention mask of {n} rows over {base + n} slots exceeds the backend's "
             f"{caps.max_mask_bytes} mask entries: run fewer tokens per masked pass"
         )
-
-
-def _shift(spec: _Spec, start: int) -> _Spec:
-    return replace(spec, index=spec.index - start) if start else spec
-
-
-def _remask(spec: ProbeSpec, kept: list[int]) -> ProbeSpec:
-    """Renumber ``masked_by`` (an index into the pass's samples) for a chunk that keeps ``kept``."""
-    if spec.masked_by < 0:
-        return spec
-    return replace(spec, masked_by=kept.index(spec.masked_by) if spec.masked_by in kept else -1)
 
 
 def _check_tokens(tokens: Sequence[int], vocab: int) -> np.ndarray:

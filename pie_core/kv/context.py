@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
 from pie_core.kv.accounts import PageAccount
+from pie_core.kv.host_pool import HostPool
+from pie_core.kv.lineage import Lineage
 from pie_core.kv.pool import PagePool
 from pie_core.kv.prefix_cache import ROOT, chain_hash
 
@@ -41,6 +44,11 @@ class KvContext:
 
     With an ``account``, every page in the page list is charged to it (shared pages too) and an
     allocation past the account's quota raises OutOfPages; without one nothing is counted.
+
+    A context is *resident* (its pages are on the device) or *suspended*: :meth:`offload` copies
+    its pages to host slots, :meth:`drop` lets them go and keeps only the lineage (see
+    :mod:`pie_core.kv.lineage`); :meth:`restore` brings it back. A suspended context stays
+    charged for the pages it will need again.
     """
 
     def __init__(self, pool: PagePool, account: PageAccount | None = None) -> None:
@@ -55,6 +63,11 @@ class KvContext:
         self.hashes: list[bytes] = []  # chain hash per committed page while shareable
         self.shareable = True
         self.salt = b""  # what the context's KV was computed under, besides the base weights
+        self.lineage = Lineage()
+        self.resident = True
+        self.host_pages: list[int] = []  # while offloaded: the host slot of each page
+        self.host_pool: HostPool | None = None
+        self.suspended_pages = 0  # pages charged while suspended (restore takes this many)
         self.released = False
 
     @property
@@ -71,14 +84,14 @@ class KvContext:
 
     def reserve(self, n_pages: int) -> None:
         """Add ``n_pages`` working pages (raises OutOfPages, taking none, if the pool is short)."""
-        self._check_live()
+        self._check_resident()
         if n_pages < 0:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
         self.pages.extend(_alloc_charged(self.pool, self.account, n_pages, n_pages))
 
     def plan_write(self, n: int) -> WritePlan:
         """Reserve what ``n`` more tokens need and say where they go (slots length..length+n-1)."""
-        self._check_live()
+        self._check_resident()
         total = self.length + n
         need = self._pages_for(total) - len(self.pages)
         if need > 0:
@@ -91,19 +104,27 @@ class KvContext:
         )
 
     def advance(
-        self, tokens: list[int], positions: list[int], masked: bool = False, hold: int = 0, salt: bytes = b""
+        self,
+        tokens: list[int],
+        positions: list[int],
+        masks: np.ndarray | None = None,
+        hold: int = 0,
+        salt: bytes = b"",
+        tag: Any = None,
     ) -> None:
         """Record a completed pass and commit every page it filled.
 
-        ``masked`` says the pass ran under a custom attention mask. The last ``hold`` tokens
+        ``masks`` are the pass's attention mask rows (None = causal). The last ``hold`` tokens
         are speculative drafts: pages holding them stay working (truncatable) until
-        :meth:`settle`. ``salt`` names the adapter weights the pass ran under (b"" none).
+        :meth:`settle`. ``salt`` names the adapter weights the pass ran under (b"" none), and
+        ``tag`` is what a replay needs to run under them again (kept in the lineage).
         """
         self._salt(salt)
+        self.lineage.extend(len(tokens), tag, masks)
         self.tokens.extend(tokens)
         self.positions.extend(positions)
         self.length += len(tokens)
-        if masked:
+        if masks is not None:
             self.shareable = False
         self._commit_to((self.length - hold) // self.page_size)
 
@@ -115,12 +136,15 @@ class KvContext:
 
     def commit(self, k: int) -> None:
         """Promote ``k`` full working pages to committed."""
+        self._check_resident()
         full = self.length // self.page_size - self.committed
         if not 0 <= k <= full:
             raise InvalidInput(f"can commit at most {full} full working pages, asked for {k}")
         self._commit_to(self.committed + k)
 
-    def adopt_prefix(self, tokens: np.ndarray, positions: np.ndarray, limit: int, salt: bytes = b"") -> int:
+    def adopt_prefix(
+        self, tokens: np.ndarray, positions: np.ndarray, limit: int, salt: bytes = b"", tag: Any = None
+    ) -> int:
         """Take cached pages for the leading full pages of ``tokens`` instead of computing them.
 
         Only pages that end at or before input row ``limit`` are taken (rows that are sampled
@@ -150,6 +174,7 @@ class KvContext:
         self.pool.retain(found)
         self.pages[self.committed : self.committed] = found
         n = len(found) * ps
+        self.lineage.extend(n, tag)
         self.tokens.extend(tokens[:n].tolist())
         self.positions.extend(positions[:n].tolist())
         self.hashes.extend(keys[: len(found)])
@@ -198,6 +223,8 @@ class KvContext:
     def truncate(self, n: int) -> None:
         """Drop the last ``n`` working tokens and free working pages left empty."""
         self._check_live()
+        if not self.resident:
+            return self._truncate_suspended(n)
         if not 0 <= n <= self.working_tokens:
             raise InvalidInput(
                 f"truncate({n}) exceeds the {self.working_tokens} tokens in working pages; "
@@ -205,10 +232,25 @@ class KvContext:
             )
         self.length -= n
         del self.tokens[self.length :], self.positions[self.length :]
+        self.lineage.truncate(self.length)
         self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
+
+    def _truncate_suspended(self, n: int) -> None:
+        if not 0 <= n <= self.working_tokens:
+            raise InvalidInput(f"truncate({n}) exceeds the {self.working_tokens} tokens in working pages")
+        self.length -= n
+        del self.tokens[self.length :], self.positions[self.length :]
+        self.lineage.truncate(self.length)
+        keep = max(self._pages_for(self.length), self.committed)
+        if self.host_pages and self.host_pool is not None:
+            self.host_pool.release(self.host_pages[keep:])
+            del self.host_pages[keep:]
+        self._refund(self.suspended_pages - keep)
+        self.suspended_pages = keep
 
     def release_working(self, n: int) -> None:
         """Free the last ``n`` working pages that hold no tokens."""
+        self._check_resident()
         empty = len(self.pages) - max(self._pages_for(self.length), self.committed)
         if not 0 <= n <= empty:
             raise InvalidInput(f"only {empty} working pages are empty; cannot release {n}")
@@ -217,12 +259,14 @@ class KvContext:
             del self.pages[-n:]
             self._refund(n)
 
-    def fork(self, account: PageAccount | None = None) -> tuple[KvContext, list[int], list[int]]:
+    def fork(self, account: PageAccount | None = None, resident: bool = True) -> tuple[KvContext, list[int], list[int]]:
         """A copy-on-write clone: committed pages are shared (refcount), working pages holding
         tokens get fresh pages.
 
         Args:
             account: Who the clone's pages are charged to (default: this context's account).
+            resident: False: the clone starts suspended with no pages (rebuilt by replay), as
+                does any clone of a suspended context.
 
         Returns:
             The clone, and the (source, destination) working pages whose contents the caller
@@ -234,6 +278,8 @@ class KvContext:
         """
         self._check_live()
         account = account if account is not None else self.account
+        if not (self.resident and resident):
+            return self._fork_suspended(account), [], []
         used = self._pages_for(self.length)
         src = self.pages[self.committed : used]
         shared = self.pages[: self.committed]
@@ -248,14 +294,110 @@ class KvContext:
         child.hashes = list(self.hashes)
         child.shareable = self.shareable
         child.salt = self.salt
+        child.lineage = self.lineage.copy()
         return child, src, dst
 
+    def _fork_suspended(self, account: PageAccount | None) -> KvContext:
+        # A clone of a suspended context is suspended too, with no pages: it is rebuilt by replay.
+        if not self.lineage.replayable:
+            raise PieError("this context is suspended and cannot be rebuilt by replay; run a pass on it first")
+        need = self._pages_for(self.length)
+        if account is not None:
+            account.charge(need)
+        child = KvContext(self.pool, account)
+        child.length, child.committed = self.length, self.committed
+        child.tokens, child.positions = list(self.tokens), list(self.positions)
+        child.hashes, child.shareable, child.salt = list(self.hashes), self.shareable, self.salt
+        child.lineage = self.lineage.copy()
+        child.resident, child.suspended_pages = False, need
+        return child
+
+    # Suspension. The caller (the market) queues the page copies these return, in order, before
+    # the next batch, and keeps replay for the scheduler.
+
+    @property
+    def offloaded(self) -> bool:
+        return not self.resident and bool(self.host_pages)
+
+    def offload(self, host: HostPool) -> tuple[list[int], list[int]] | None:
+        """Suspend to host slots: returns (device pages, host slots) to copy device->host, or None
+        (nothing changes) when the host pool is short. The device pages go back to the pool."""
+        self._check_resident()
+        self._trim()
+        slots = host.alloc(len(self.pages))
+        if slots is None:
+            return None
+        src = self.pages
+        self.host_pages, self.host_pool = slots, host
+        self._suspend()
+        return src, slots
+
+    def drop(self) -> None:
+        """Suspend without a copy: the pages go back to the pool; :meth:`restore` needs a replay."""
+        self._check_resident()
+        if not self.lineage.replayable:
+            raise PieError("this context's lineage cannot be replayed (a truncation cut a masked pass)")
+        self._trim()
+        self._suspend()
+
+    def _trim(self) -> None:
+        # Empty reserved working pages are not kept over a suspension.
+        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
+
+    def _suspend(self) -> None:
+        self.pool.release(self.pages)
+        self.suspended_pages, self.pages, self.resident = len(self.pages), [], False
+
+    def restore(self) -> tuple[list[int], list[int], int]:
+        """Take device pages again (raises OutOfPages, changing nothing, when short).
+
+        Returns:
+            (host slots, device pages) to copy host->device when the context was offloaded, and
+            the first slot a replay must recompute (``length`` when nothing is to replay; before
+            that, pages found in the prefix cache were taken instead of recomputed).
+        """
+        self._check_live()
+        if self.resident:
+            raise PieError("restore of a resident context")
+        found = self.pool.cache.lookup_chain(self.hashes)  # pages nobody needs to compute or copy
+        self.pool.retain(found)  # before alloc, which may evict idle cached pages
+        try:
+            fresh = self.pool.alloc(self.suspended_pages - len(found))
+        except BaseException:
+            self.pool.release(found)
+            raise
+        self.pages = found + fresh
+        self.resident, self.suspended_pages = True, 0
+        if self.host_pages:
+            slots, self.host_pages = self.host_pages, []
+            self.host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
+            self._reshare()
+            return slots[len(found) :], fresh, self.length
+        return [], [], len(found) * self.page_size
+
+    def replayed(self) -> None:
+        """The replay of a restored context landed: its committed pages are shareable again."""
+        self._reshare()
+
+    def _reshare(self) -> None:
+        shared = len(self.hashes)
+        self.hashes = []
+        if shared:
+            self._share(0, shared)
+
+    def _check_resident(self) -> None:
+        self._check_live()
+        if not self.resident:
+            raise PieError("this context is suspended (it is restored by its next forward pass)")
+
     def release(self) -> None:
-        """Return every page to the pool. Idempotent."""
+        """Return every page to the pool (and host slots to the host pool). Idempotent."""
         if not self.released:
             self.pool.release(self.pages)
-            self._refund(len(self.pages))
-            self.pages = []
+            self._refund(len(self.pages) + self.suspended_pages)
+            if self.host_pool is not None and self.host_pages:
+                self.host_pool.release(self.host_pages)
+            self.pages, self.host_pages, self.suspended_pages = [], [], 0
             self.released = True
 
     def _charge(self, n: int) -> None:

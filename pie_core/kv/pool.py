@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -36,6 +36,7 @@ class PagePool:
         self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
         self.cache = PrefixCache(self)
         self.accounts = PageAccounts()
+        self.on_release: Callable[[], None] | None = None  # told when pages became free
 
     @property
     def free_count(self) -> int:
@@ -91,6 +92,8 @@ class PagePool:
         np.subtract.at(self._refs, idx, 1)
         freed = np.unique(idx[self._refs[idx] == 0])
         self._free.extend(freed[::-1].tolist())
+        if self.on_release is not None:  # freed, or left to the prefix cache (available too)
+            self.on_release()
 
     def refcount(self, page: int) -> int:
         return int(self._refs[page])

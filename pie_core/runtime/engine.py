@@ -13,6 +13,8 @@ import pluggy
 from pie_core import __version__
 from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
+from pie_core.kv.host_pool import HostPool
+from pie_core.kv.context import KvContext
 from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
 from pie_core.adapters.store import AdapterStore
@@ -20,6 +22,9 @@ from pie_core.mcp.registry import McpRegistry
 from pie_core.runtime.broker import Broker
 from pie_core.plugins import available_backends, bind_backend
 from pie_core.scheduler.batcher import Batcher
+from pie_core.scheduler.credits import DEFAULT_ENDOWMENT, Ledger
+from pie_core.scheduler.market import Market
+from pie_core.scheduler.passes import tag_valid
 
 __all__ = ["Engine", "LoadedModel", "default_backend_name"]
 
@@ -46,6 +51,7 @@ class LoadedModel:
     caps: Capabilities
     pool: PagePool
     batcher: Batcher
+    market: Market
 
     @property
     def spec(self) -> Any:
@@ -60,6 +66,10 @@ class LoadedModel:
         return self.source.chat
 
 
+def _replayable(kv: KvContext) -> bool:
+    return kv.lineage.replayable and all(tag_valid(tag) for tag in kv.lineage.tags())
+
+
 class Engine:
     """Loads models onto a backend and owns what inferlets share: pools, batchers, ids."""
 
@@ -70,11 +80,27 @@ class Engine:
         options: BackendOptions | None = None,
         policy: str = "adaptive",
         config: Any = None,
+        host_pages: int | None = None,
+        endowment: float = DEFAULT_ENDOWMENT,
     ) -> None:
+        """
+        Args:
+            backend: The backend's name (None = :func:`default_backend_name`).
+            options: What the backend is asked for (dtype, pool sizes, extras).
+            policy: The batching policy (``adaptive`` or ``greedy``).
+            config: The loaded configuration (models, MCP servers).
+            host_pages: Host pool pages suspended contexts may be copied to (None = all the
+                backend has; 0 = none: suspended contexts are rebuilt by replay).
+            endowment: Credits each inferlet starts with in a model's KV-page market.
+        """
+        if host_pages is not None and host_pages < 0:
+            raise ValueError(f"host_pages must be >= 0, got {host_pages}")
         self.backend = backend or default_backend_name()
         self.options = options or BackendOptions(dtype="auto")  # each backend's best precision
         self.policy = policy
         self.config = config
+        self.host_pages = host_pages
+        self.endowment = endowment
         self.instance_id = uuid.uuid4().hex[:12]
         self.version = __version__
         self.models: dict[str, LoadedModel] = {}
@@ -98,19 +124,27 @@ class Engine:
             weights=source.weights(progress=progress),
             options=dataclasses.replace(self.options, weights_key=source.cache_key),
         )
+        pool = PagePool(caps.num_pages, caps.page_size)
+        host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
+        markets: list[Market] = []
+        batcher = Batcher(
+            lambda batch: pm.hook.pie_backend_forward(batch=batch),
+            caps,
+            self.policy,
+            copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
+            on_batch=lambda seconds: markets[0].tick(seconds),
+        )
+        market = Market(pool, host, batcher.enqueue_copy, Ledger(self.endowment), _replayable)
+        markets.append(market)
         model = LoadedModel(
             name=source.name,
             source=source,
             backend=self.backend,
             pm=pm,
             caps=caps,
-            pool=PagePool(caps.num_pages, caps.page_size),
-            batcher=Batcher(
-                lambda batch: pm.hook.pie_backend_forward(batch=batch),
-                caps,
-                self.policy,
-                copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
-            ),
+            pool=pool,
+            batcher=batcher,
+            market=market,
         )
         self.models[source.name] = model
         return model
@@ -127,8 +161,9 @@ class Engine:
             raise NotFound(f"model {name!r} is not loaded; loaded models: {', '.join(self.models) or 'none'}") from None
 
     def pools_whole(self) -> bool:
-        """True when every page of every model is back in its pool (snapshots hold pages)."""
-        return all(m.pool.is_whole() for m in self.models.values())
+        """True when every page of every model is back in its pool and every host slot free
+        (snapshots hold pages)."""
+        return all(m.pool.is_whole() and m.market.is_whole() for m in self.models.values())
 
     async def close(self) -> None:
         for model in self.models.values():

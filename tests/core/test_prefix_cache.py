@@ -19,7 +19,7 @@ def _run(ctx: KvContext, tokens: list[int], positions: list[int] | None = None, 
     done = 0 if masked else ctx.adopt_prefix(ids, pos, len(ids))
     if done < len(ids):
         ctx.plan_write(len(ids) - done)
-        ctx.advance(ids[done:].tolist(), pos[done:].tolist(), masked=masked)
+        ctx.advance(ids[done:].tolist(), pos[done:].tolist(), masks=np.ones((len(ids) - done, ctx.length + len(ids) - done), bool) if masked else None)
     return done
 
 

@@ -1,0 +1,189 @@
+"""Running one checked forward pass of a context: admission, replay, prefix adoption, chunks.
+
+The host (``pie_core.host.inference``) checks arguments and capabilities and hands over a
+:class:`Pass`; from there the scheduler owns it:
+
+1. The market admits the context (:meth:`Market.admit`): it is made resident (restored from
+   the host pool, or marked for replay) with the pages the pass may write reserved.
+2. A context restored without its pages is rebuilt by replaying its lineage.
+3. Leading full pages found in the prefix cache are adopted instead of computed.
+4. The rest runs in chunks of at most ``max_batch_tokens`` through the batcher; each landed
+   chunk is recorded in the context (with its mask and tag, for later replays).
+5. Drafts are verified and the rejected ones dropped; pages the pass reserved and did not
+   fill go back, also when it fails (then nothing of the failed chunk is recorded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence, TypeVar
+
+import numpy as np
+
+from pie_core.errors import PieError
+from pie_core.kv.context import KvContext
+from pie_core.scheduler.market import Holder
+from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
+
+__all__ = ["Tag", "Pass", "run_pass", "tag_valid"]
+
+_Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    """What a pass ran under besides the base weights: an adapter (record) and zo seed.
+
+    ``salt`` is the adapter's salt at the time; a replay is only exact while it is unchanged.
+    """
+
+    record: Any  # pie_core.adapters.store.AdapterRecord (compared by identity)
+    zo_seed: int
+    salt: bytes = field(compare=False)
+
+    @property
+    def adapter_id(self) -> int:
+        return self.record.id
+
+
+def tag_valid(tag: Tag | None) -> bool:
+    """A replay under ``tag`` computes what the original pass did."""
+    return tag is None or (not tag.record.destroyed and tag.record.salt(tag.zo_seed) == tag.salt)
+
+
+@dataclass(slots=True)
+class Pass:
+    """A checked pass: token ids, positions, mask rows, what to read, drafts to verify."""
+
+    ids: np.ndarray
+    pos: np.ndarray
+    masks: np.ndarray | None = None
+    samples: Sequence[SampleSpec] = ()
+    probes: Sequence[ProbeSpec] = ()
+    drafts: int = 0
+    verifiers: list[int] = field(default_factory=list)  # the sample verifying each draft row
+    tag: Tag | None = None
+
+
+async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
+    """Run ``p`` on ``holder``'s context (see the module doc). The caller holds the context's lock.
+
+    Raises:
+        OutOfPages: The context can never fit the pool (or its user's quota is reached).
+        PieError: A replay is impossible (an adapter it used was released or changed).
+        BackendError: The backend failed; nothing of the failed chunk is recorded.
+    """
+    kv = holder.kv
+    ps = kv.page_size
+    spare = len(kv.pages) - max(-(-kv.length // ps), kv.committed) if kv.resident else 0
+    n = len(p.ids)
+    await model.market.admit(holder, max(0, -(-(kv.length + n) // ps) - max(len(kv.pages), kv.suspended_pages)))
+    first_draft = kv.length + n - p.drafts
+    try:
+        if holder.replay_from is not None:
+            await _replay(model, kv, holder.replay_from)
+        return await _run(model, kv, p)
+    except BaseException:
+        if p.drafts and not kv.released and kv.length > first_draft:  # drafts of landed chunks go
+            kv.settle(kv.length - first_draft)
+        raise
+    finally:
+        if not kv.released and kv.resident:
+            empty = len(kv.pages) - max(-(-kv.length // ps), kv.committed)
+            if empty > spare:
+                kv.release_working(empty - spare)
+        model.market.done(holder)
+
+
+async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
+    ids, pos, samples, probes, n = p.ids, p.pos, list(p.samples), list(p.probes), len(p.ids)
+    salt = b"" if p.tag is None else p.tag.salt
+    if p.masks is None and n >= kv.page_size:
+        rows = [s.index for s in samples] + [q.index for q in probes]
+        done = kv.adopt_prefix(ids, pos, min(rows, default=n), salt, p.tag)
+        if done:  # those tokens' pages came from the prefix cache
+            ids, pos, n = ids[done:], pos[done:], n - done
+            samples = [_shift(s, done) for s in samples]
+            probes = [_shift(q, done) for q in probes]
+            if n == 0:
+                return RequestOutput(tokens=(), probes=())
+    step = model.caps.max_batch_tokens
+    outputs, order = [], []
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        kept = [i for i, s in enumerate(samples) if start <= s.index < stop]
+        chunk_samples = tuple(_shift(samples[i], start) for i in kept)
+        chunk_probes = tuple(_remask(_shift(q, start), kept) for q in probes if start <= q.index < stop)
+        plan = kv.plan_write(stop - start)
+        out = await model.batcher.submit(
+            ForwardRequest(
+                token_ids=ids[start:stop],
+                positions=pos[start:stop],
+                page_ids=plan.page_ids,
+                last_page_len=plan.last_page_len,
+                write_slots=plan.write_slots,
+                attention_mask=p.masks,
+                samples=chunk_samples,
+                probes=chunk_probes,
+                adapter_id=-1 if p.tag is None else p.tag.adapter_id,
+                zo_seed=0 if p.tag is None else p.tag.zo_seed,
+            )
+        )
+        hold = max(0, stop - (n - p.drafts))
+        kv.advance(ids[start:stop].tolist(), pos[start:stop].tolist(), p.masks, hold, salt, p.tag)
+        outputs.append(out)
+        order.extend(kept)
+    out = RequestOutput(tokens=tuple(t for o in outputs for t in o.tokens), probes=tuple(q for o in outputs for q in o.probes))
+    if p.drafts:
+        out = replace(out, drafts_kept=_verify(out, order, p.verifiers, ids[n - p.drafts :]))
+        kv.settle(p.drafts - out.drafts_kept)
+    return out
+
+
+async def _replay(model: Any, kv: KvContext, start: int) -> None:
+    """Recompute slots ``[start, length)`` from the lineage (no samples, nothing recorded)."""
+    tokens = np.asarray(kv.tokens, dtype=np.int32)
+    positions = np.asarray(kv.positions, dtype=np.int32)
+    ps = kv.page_size
+    for run in kv.lineage.chunks(start, model.caps.max_batch_tokens):
+        if not tag_valid(run.tag):
+            raise PieError(
+                "this context was suspended and cannot be rebuilt: an adapter it ran under was released or "
+                "updated since; keep the adapter (or run the context on the host pool: --host-pages)"
+            )
+        used = -(-run.stop // ps)
+        await model.batcher.submit(
+            ForwardRequest(
+                token_ids=tokens[run.start : run.stop],
+                positions=positions[run.start : run.stop],
+                page_ids=np.asarray(kv.pages[:used], dtype=np.int32),
+                last_page_len=run.stop - (used - 1) * ps,
+                write_slots=np.arange(run.start, run.stop, dtype=np.int32),
+                attention_mask=run.mask_rows(),
+                adapter_id=-1 if run.tag is None else run.tag.adapter_id,
+                zo_seed=0 if run.tag is None else run.tag.zo_seed,
+            )
+        )
+    kv.replayed()
+
+
+def _verify(out: RequestOutput, order: list[int], verifiers: list[int], drafts: np.ndarray) -> int:
+    """How many leading drafts equal the token sampled at the row before each."""
+    where = {sample: i for i, sample in enumerate(order)}
+    kept = 0
+    for i, draft in enumerate(drafts.tolist()):
+        if out.tokens[where[verifiers[i]]][0] != draft:
+            break
+        kept += 1
+    return kept
+
+
+def _shift(spec: _Spec, start: int) -> _Spec:
+    return replace(spec, index=spec.index - start) if start else spec
+
+
+def _remask(spec: ProbeSpec, kept: list[int]) -> ProbeSpec:
+    """Renumber ``masked_by`` (an index into the pass's samples) for a chunk that keeps ``kept``."""
+    if spec.masked_by < 0:
+        return spec
+    return replace(spec, masked_by=kept.index(spec.masked_by) if spec.masked_by in kept else -1)
