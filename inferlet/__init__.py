@@ -1,6 +1,6 @@
 """The inferlet SDK: write ``async def main(input)`` and drive generation yourself."""
 
-from inferlet import chat, mcp, messaging, reasoning, runtime, session, spec, tools, zo
+from inferlet import chat, mcp, messaging, reasoning, runtime, scheduling, session, spec, tools, zo
 from inferlet.adapter import Adapter
 from inferlet.constraints import AnyJson, Constraint, Ebnf, JsonSchema, Regex, Schema
 from inferlet.context import Context, RawContext
@@ -22,6 +22,7 @@ __all__ = [
     "messaging",
     "reasoning",
     "runtime",
+    "scheduling",
     "session",
     "spec",
     "tools",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Literal, overload
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Literal, overload
 
 from pie_core.host import context as _host
 from pie_core.host import model as _model
+from pie_core.host import scheduling as _market
 from pie_core.host import tools as _tools
 from pie_core.host.errors import InvalidInput
 from inferlet.events import Decoder, EventStream
@@ -35,12 +37,14 @@ class Context:
         self._ctx = _host.create(model.name)
         self._pending = Pending()
         self._chat = _model.chat_builder(model.name)
+        self._idle_depth = 0
         self.name = name
 
     @classmethod
     def _wrap(cls, model: Model, handle: _host.HostContext, state: Any, name: str | None) -> Context:
         self = cls.__new__(cls)
         self._model, self._ctx, self.name = model, handle, name
+        self._idle_depth = 0
         if state is None:
             self._pending, self._chat = Pending(), _model.chat_builder(model.name)
         else:  # a shallow copy: builders hold a few flags beside their (shared) format
@@ -223,6 +227,57 @@ class Context:
     async def generate_text(self, sampler: Sampler | None = None, **options: Any) -> str:
         """Generate and return the decoded reply (readme convenience)."""
         return await self.generate(sampler or Sampler.top_p(), **options).collect_text()
+
+    # -- the KV-page market (see inferlet.scheduling) ----------------------------------------
+    def set_bid(self, value: float) -> None:
+        """Bid ``value`` credits per page per tick for this context's next forward pass only;
+        after it the SDK's default bid (paced by the generator's horizon) applies again.
+
+        A higher bid keeps the context's pages on the device under contention (it is suspended
+        last and restored first); rent is charged at the auction's clearing price, never above
+        the bid.
+
+        Raises:
+            InvalidInput: ``value`` is not a finite number >= 0.
+        """
+        _market.set_bid(self._handle(), value)
+
+    @contextmanager
+    def idle(self) -> Iterator[Context]:
+        """Hold this context out of the auction for the ``with`` block: it bids 0, so under
+        contention its pages are the first to go (its next pass brings them back). Use it
+        around waits that run no pass, such as a tool call. Normal bidding resumes when the
+        block ends, also when it raises; nested blocks resume it when the outermost ends.
+
+        A pass run inside the block bids 0 as well, so under contention it waits for free pages.
+        """
+        handle = self._handle()
+        if self._idle_depth == 0:
+            _market.set_idle(handle, True)
+        self._idle_depth += 1
+        try:
+            yield self
+        finally:
+            self._idle_depth -= 1
+            if self._idle_depth == 0 and not handle.released:
+                _market.set_idle(handle, False)
+
+    def suspend(self) -> None:
+        """Give this context's pages back to the pool now (copied to host memory, or dropped
+        and recomputed from its tokens later). Nothing else changes: its next pass restores it
+        before running, so the same tokens come out.
+
+        Raises:
+            PieError: A pass on this context is running, or it can be neither copied to host
+                memory nor recomputed (e.g. an adapter it ran with has since changed).
+        """
+        _market.suspend(self._handle())
+
+    @property
+    def suspended(self) -> bool:
+        """True while this context's pages are off the device (by :meth:`suspend`, or because
+        it lost an auction); its next pass restores it."""
+        return _market.is_suspended(self._handle())
 
     # -- lifecycle -------------------------------------------------------------------------
     def release(self) -> None:

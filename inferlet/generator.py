@@ -6,6 +6,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from pie_core.host.errors import InvalidInput
 from pie_core.host import model as _model
+from pie_core.host import scheduling as _market
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.model import Model
@@ -47,10 +48,19 @@ class Generator:
     (BRLE applied every step), ``constrain`` (a Schema or Constraint, or a list of them, ANDed;
     see :mod:`inferlet.constraints`), ``speculator`` (a :class:`~inferlet.spec.Speculator`) or
     ``system_speculation=True`` (the runtime's n-gram drafter): several tokens per step, the
-    same tokens (see :mod:`inferlet.spec`), ``horizon`` (expected output length, a scheduling
-    hint), ``auto_flush`` (default True: append ``cue()`` first and use the chat stop tokens),
-    ``adapter`` (a LoRA :class:`~inferlet.Adapter` for every step) and ``zo_seed`` (its zo
-    perturbation seed for every step, see :mod:`inferlet.zo`).
+    same tokens (see :mod:`inferlet.spec`), ``horizon`` (the output length you expect: it feeds
+    the KV-page market's default bid, see below), ``auto_flush`` (default True: append
+    ``cue()`` first and use the chat stop tokens), ``adapter`` (a LoRA
+    :class:`~inferlet.Adapter` for every step) and ``zo_seed`` (its zo perturbation seed for
+    every step, see :mod:`inferlet.zo`).
+
+    Before each step the generator tells the KV-page market (:mod:`inferlet.scheduling`) how
+    many tokens it still expects: ``horizon`` minus the tokens accepted so far, or, without a
+    horizon or once past it, ``max_tokens`` minus them. The context's default bid spreads the
+    inferlet's credits over that many ticks, so a short generation bids more per tick than a
+    long one. When the generator ends (a stop token, ``max_tokens``, a finished constraint) the
+    expectation is withdrawn, so a context waiting between turns bids as if its output length
+    were unknown.
     """
 
     def __init__(
@@ -101,6 +111,8 @@ class Generator:
         self._tokens: list[int] = []
         self._done = False
         self._each_step: list[tuple[int, Probe]] = []
+        self._told: Any = None  # the context handle the market last heard this generator's horizon on
+        self._target: int | None = None  # the length it was told the context should reach
 
     # -- builder -----------------------------------------------------------------------------
     def max_tokens(self, n: int) -> Generator:
@@ -119,7 +131,8 @@ class Generator:
         return self
 
     def horizon(self, n: int) -> Generator:
-        """Hint the expected output length (used for credit pacing)."""
+        """Hint the expected output length: it feeds the KV-page market's default bid (see the
+        class doc); unlike ``max_tokens`` it never stops generation."""
         self._horizon = _check_horizon(n)
         return self
 
@@ -244,7 +257,32 @@ class Generator:
                 self._done = True
             elif self._rules is not None and self._rules.ended:
                 self._done = True
+        if self._done and self._told is not None:
+            self._withdraw()
         return accepted
+
+    def _left(self) -> int | None:
+        """Tokens it still expects (None: unknown)."""
+        got = len(self._tokens)
+        if self._horizon is not None and self._horizon > got:
+            return self._horizon - got
+        return None if self._max is None else max(0, self._max - got)
+
+    def _announce(self, fwd: Forward) -> None:
+        """Tell the market what this step's context should grow to. The target (length before
+        the pass + tokens left) stays put from one plain decode step to the next, so this
+        calls the host only on the first steps and when the expectation really changes."""
+        left = self._left()
+        target = None if left is None else fwd.start_position() + left
+        if fwd._handle is not self._told or target != self._target:
+            _market.set_horizon(fwd._handle, left)
+            self._told, self._target = fwd._handle, target
+
+    def _withdraw(self) -> None:
+        """Generation ended: the context no longer expects tokens from it."""
+        handle, self._told, self._target = self._told, None, None
+        if not handle.released:
+            _market.set_horizon(handle, None)
 
     def _buffer(self, accepted: list[int]) -> None:
         # A final stop token is reported but not kept: ``ctx.seal()`` closes the turn the way
@@ -299,6 +337,7 @@ class GenStep:
         n = len(ctx.buffer())
         if not n:
             raise InvalidInput("nothing to run: the context buffer is empty (add a prompt or ctx.cue())")
+        gen._announce(fwd)
         room = gen._draft_room() if self._sample and not self._probes else 0
         drafted, drafts, masks = self._drafts(fwd, n, room) if room else ([], [], [mask])
         for idx, probe in (*gen._each_step, *self._probes):

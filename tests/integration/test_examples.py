@@ -151,6 +151,16 @@ def test_output_validation_ranks_the_right_answer_first(cpu_engine):
 
 
 @pytest.mark.model
+def test_market_aware_suspends_the_notes_and_pays_for_its_pages(cpu_engine):
+    out, _ = run_example(cpu_engine, "market-aware", {"max_tokens": 6, "tool_seconds": 0.01})
+    assert out["answer"].strip() and out["follow_up"].strip() and out["summary"].strip()
+    assert out["notes_suspended_while_answering"] and out["notes_resumed"]
+    before, after = out["market_before"], out["market_after"]
+    assert before["price"] > 0 and out["credits_spent"] >= before["price"]  # at least one page made
+    assert after["balance"] == before["balance"] - out["credits_spent"] and after["latency_s"] > 0
+
+
+@pytest.mark.model
 def test_interactive_chat_keeps_the_conversation_across_turns(cpu_engine):
     out, events = run_example(
         cpu_engine,

@@ -74,3 +74,8 @@ def test_tiebreak_decides_equal_offers_only():
     assert winners.tolist() == [False, True]
     winners, _ = clear(np.array([1.0, 1.1]), np.array([4, 4]), 4, tiebreak=np.array([2.0, 0.0]))
     assert winners.tolist() == [False, True]
+
+
+def test_clearing_price_with_several_excluded_is_the_highest_of_them():
+    winners, price = clear(np.array([5.0, 3.0, 2.0, 1.0]), np.array([4, 4, 4, 4]), 4)
+    assert winners.tolist() == [True, False, False, False] and price == 3.0

@@ -269,3 +269,64 @@ def test_an_override_bid_counts_only_as_far_as_the_balance_pays():
     a.wallet.balance = -5.0
     assert a.bid() == 0.0
     _finish(market, a)
+
+
+def test_a_waiter_one_page_short_keeps_waiting_instead_of_failing():
+    market, _ = _market(pages=8, host=0)
+    a = _holder(market, "a", bid=5.0, tokens=20)  # 5 pages: 3 left
+    w = _holder(market, "w", bid=1.0)
+
+    async def go():
+        task = asyncio.create_task(market.admit(w, 4))
+        await asyncio.sleep(0.01)
+        assert not task.done() and w in market.waiters  # one page short: neither granted nor failed
+        a.kv.release()
+        market.leave(a.kv)
+        await task
+        market.done(w)
+
+    asyncio.run(go())
+    _finish(market, w)
+
+
+def test_only_as_many_losers_move_as_the_winner_needs():
+    market, _ = _market(pages=12, host=12)
+    low1, low2 = _holder(market, "low1", bid=1.0, tokens=16), _holder(market, "low2", bid=1.5, tokens=16)
+    mid = _holder(market, "mid", bid=9.0, tokens=16)
+    w = _holder(market, "w", bid=5.0)
+
+    async def go():
+        await market.admit(w, 3)
+        market.done(w)
+
+    asyncio.run(go())
+    assert not low1.kv.resident and low2.kv.resident and mid.kv.resident  # the lowest bid moved, only it
+    _finish(market, low1, low2, mid, w)
+
+
+def test_holders_pay_at_most_their_bid_in_rent():
+    market, _ = _market(pages=8, host=8)
+    cheap, dear = _holder(market, "cheap", bid=0.5, tokens=8), _holder(market, "dear", bid=6.0, tokens=8)
+    other = market.ledger.join("other", "other")  # the only endowment: every dividend goes there
+    cheap.wallet.endowment = dear.wallet.endowment = 0.0
+    market.price, market._contended = 2.0, True  # as left by an auction since the last tick
+    before = (cheap.wallet.balance, dear.wallet.balance, other.balance)
+    market.tick(0.01)
+    assert before[0] - cheap.wallet.balance == pytest.approx(0.5 * 2)  # its bid, below the price
+    assert before[1] - dear.wallet.balance == pytest.approx(2.0 * 2)  # the price, below its bid
+    assert other.balance - before[2] == pytest.approx(5.0) and cheap.rent == 2.0
+    market.tick(0.01)  # no auction since: no rent
+    assert other.balance - before[2] == pytest.approx(5.0)
+    _finish(market, cheap, dear)
+
+
+def test_a_restore_that_cannot_get_its_pages_changes_nothing():
+    market, _ = _market(pages=8, host=0)
+    a = _holder(market, "a", tokens=16)
+    market.park(a)  # dropped: its four committed pages stay idle in the prefix cache
+    b = _holder(market, "b", tokens=28)  # takes the 4 free pages and evicts 3 cached ones
+    refs = market.pool.refs_of(np.arange(8)).copy()
+    with pytest.raises(OutOfPages):
+        a.kv.restore()
+    assert (market.pool.refs_of(np.arange(8)) == refs).all() and not a.kv.resident
+    _finish(market, a, b)

@@ -28,6 +28,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "interactive-chat": {"max_tokens": 4},
     "json-extraction": {"max_tokens": 96},
     "lora": {"max_tokens": 4},  # no adapter folder in the worker's scratch: the random stand-in
+    "market-aware": {"max_tokens": 4, "tool_seconds": 0.01},
     "mcp-tools": {"server": "notes", "tool": "shout", "args": '{"text": "quiet"}'},
     "output-validation": {"candidates": "Paris,Berlin"},
     "parallel-generation": {"n": 2, "max_tokens": 4},
@@ -92,3 +93,6 @@ def test_every_example_returns_under_the_default_isolation(dummy_engine):
     assert by_name["interactive-chat"][0]["turns"] == 1
     assert len(by_name["best-of-n"][0]["candidates"]) == 2
     assert by_name["hello-world"][0] == "hello isolation"
+    market = by_name["market-aware"][0]
+    assert market["notes_suspended_while_answering"] and market["notes_resumed"]
+    assert market["market_before"]["balance"] - market["market_after"]["balance"] == market["credits_spent"] > 0

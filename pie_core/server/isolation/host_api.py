@@ -30,8 +30,12 @@ from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 __all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
            "check_arguments"]
 
-HOST_MODULES = ("adapter", "context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "session",
-                "speculation", "tools", "zo")
+HOST_MODULES = ("adapter", "context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "scheduling",
+                "session", "speculation", "tools", "zo")
+
+_ENGINE_ONLY = frozenset({("scheduling", "wallet")})
+"""Functions a host module exports for the engine's own use (they take engine objects no worker
+holds), never callable from a worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +95,14 @@ VALUE_TYPES: tuple[type, ...] = (
 
 def host_functions() -> dict[tuple[str, str], Callable[..., Any]]:
     """Every callable host function, keyed by ``(module, name)``: the functions named in the
-    ``__all__`` of each of :data:`HOST_MODULES` (classes and constants there are not calls)."""
-    found = {}
+    ``__all__`` of each of :data:`HOST_MODULES` (classes and constants there are not calls),
+    less the engine's own helpers."""
+    found: dict[tuple[str, str], Callable[..., Any]] = {}
     for short in HOST_MODULES:
         mod = importlib.import_module(f"pie_core.host.{short}")
         for name in getattr(mod, "__all__", ()):
             fn = getattr(mod, name)
-            if inspect.isfunction(fn):
+            if inspect.isfunction(fn) and (short, name) not in _ENGINE_ONLY:
                 found[short, name] = fn
     return found
 
