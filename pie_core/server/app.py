@@ -200,10 +200,11 @@ class PieServer:
         return None
 
     def _apply_quotas(self, quotas: Quotas) -> None:
-        """Bound each user's pages, snapshots, adapters and messaging in the engine by ``quotas``."""
-        for model in self.engine.models.values():
+        """Bound each user's pages, credits, snapshots, adapters and messaging in the engine by ``quotas``."""
+        for model in self.engine.models.values():  # loaded before the server is built (pie serve, Engine.load)
             pool_pages = model.pool.num_pages
             model.pool.accounts.limit_of = lambda user, n=pool_pages: quotas.for_user(user).pages_of(n)
+            model.market.ledger.budget_of = lambda user: quotas.for_user(user).credits_of()
         self.engine.snapshots.limit_of = lambda user: quotas.for_user(user).snapshots or None
         self.engine.adapters.limit_of = lambda user: quotas.for_user(user).adapter_bytes or None
         self.engine.broker.limits_of = lambda user: quotas.for_user(user).messaging()

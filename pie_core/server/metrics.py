@@ -103,6 +103,14 @@ def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
     pages = [(f'{{user="{_label(u)}",model="{_label(m.name)}"}}', float(n))
              for m in models for u, n in sorted(m.pool.accounts.held().items())]
     metric("pie_user_kv_pages", "gauge", "KV pages held by a user's contexts and snapshots (quota server.quotas.pages).", pages)
+    credits: list[tuple[str, float]] = []
+    for m in models:
+        balances: dict[str, float] = {}
+        for wallet in m.market.ledger.wallets.values():
+            balances[wallet.user] = balances.get(wallet.user, 0.0) + wallet.balance
+        credits.extend((f'{{user="{_label(u)}",model="{_label(m.name)}"}}', b) for u, b in sorted(balances.items()))
+    metric("pie_user_credits", "gauge", "Credits a user's live inferlets hold in a model's KV-page market "
+           "(their endowments are bounded by quota server.quotas.credits).", credits)
 
     def by_user(counts: dict[str, float]) -> list[tuple[str, float]]:
         return [(f'{{user="{_label(u)}"}}', float(n)) for u, n in sorted(counts.items())]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,12 +18,17 @@ from typing import Any, Mapping
 
 from pie_core.errors import InvalidInput
 from pie_core.runtime.broker import MessagingLimits
+from pie_core.scheduler.credits import DEFAULT_ENDOWMENT
 
-__all__ = ["Quotas", "ConnectionCounts", "ScratchSizes", "DEFAULT_PAGE_SHARE"]
+__all__ = ["Quotas", "ConnectionCounts", "ScratchSizes", "DEFAULT_PAGE_SHARE", "DEFAULT_CREDITS"]
 
 # A lone user keeps three quarters of the KV cache (long contexts, many forks), and however
 # greedy one user is, a quarter always stays for everyone else.
 DEFAULT_PAGE_SHARE = 0.75
+
+# Four inferlets' endowments at once per model: a user running more splits the same credit,
+# so its weight in the KV-page market does not grow with how many inferlets it starts.
+DEFAULT_CREDITS = 4 * DEFAULT_ENDOWMENT
 
 _MESSAGING = MessagingLimits()
 _BYTE_KEYS = ("event_bytes", "inbox_bytes", "scratch_bytes", "message_bytes", "queue_bytes", "adapter_bytes")
@@ -37,6 +43,9 @@ class Quotas:
         pages: KV pages held at once in one model's pool, by the user's live contexts and
             snapshots together (a page shared by several holders counts for each): a count, or
             a share of the pool when a float in (0, 1].
+        credits: Endowments a user's live inferlets hold together in one model's KV-page
+            market (credits; :class:`~pie_core.scheduler.credits.Ledger` ``budget_of``). An
+            inferlet that joins when they are spent starts with what is left, possibly 0.
         snapshots: Saved context snapshots (all models).
         processes: Inferlets running at once, spawned children included.
         spawn_depth: How deep ``runtime.spawn`` may nest.
@@ -54,6 +63,7 @@ class Quotas:
     """
 
     pages: int | float = DEFAULT_PAGE_SHARE
+    credits: float = DEFAULT_CREDITS
     snapshots: int = 64
     processes: int = 128
     spawn_depth: int = 4
@@ -80,12 +90,20 @@ class Quotas:
             raise InvalidInput(f"quota server.quotas.pages as a share of the pool must be in (0, 1], got {pages}")
         if isinstance(pages, int) and pages < 1:
             raise InvalidInput(f"quota server.quotas.pages must be >= 1 page, got {pages}")
+        credits = self.credits
+        if isinstance(credits, bool) or not isinstance(credits, (int, float)) or not 0 <= credits < math.inf:
+            raise InvalidInput(f"quota server.quotas.credits must be a finite number of credits >= 0 (0 = no limit), "
+                               f"got {credits!r}")
 
     def pages_of(self, pool_pages: int) -> int:
         """The page quota in a pool of ``pool_pages`` pages (at least one page)."""
         if isinstance(self.pages, float):
             return max(1, int(pool_pages * self.pages))
         return self.pages
+
+    def credits_of(self) -> float | None:
+        """The credit budget in one model's market (None: no limit), as ``Ledger.budget_of`` returns it."""
+        return float(self.credits) if self.credits else None
 
     def for_user(self, user: str) -> Quotas:
         """The quotas of ``user``: these, with that user's overrides applied."""
@@ -103,8 +121,8 @@ class Quotas:
     def from_config(cls, doc: Any = None) -> Quotas:
         """Quotas from the ``[server.quotas]`` table of ``~/.pie/config.toml`` (``doc`` when
         given), with per-user overrides from ``[server.quotas.users.<name>]``. Byte keys take
-        sizes such as ``"1GiB"``; ``pages`` takes a count or a share such as ``0.5``; unset keys
-        keep the defaults.
+        sizes such as ``"1GiB"``; ``pages`` takes a count or a share such as ``0.5``; ``credits``
+        takes a number of credits; unset keys keep the defaults.
 
         Raises:
             InvalidInput: An unknown key or a bad value (the message names it).
