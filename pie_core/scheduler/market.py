@@ -169,7 +169,7 @@ class Market:
         holder.order, self._arrivals = self._arrivals, self._arrivals + 1
         holder.granted = asyncio.get_running_loop().create_future()
         self.waiters.append(holder)
-        self.settle()
+        self.poke()  # one auction once this round of passes has queued, not one per arrival
         try:
             await holder.granted
         except BaseException:
