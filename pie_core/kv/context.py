@@ -285,17 +285,18 @@ class KvContext:
         shared = self.pages[: self.committed]
         dst = _alloc_charged(self.pool, account, len(src), len(shared) + len(src))
         self.pool.retain(shared)
-        child = KvContext(self.pool, account)
+        child = self._clone(account)
         child.pages = shared + dst
-        child.committed = self.committed
-        child.length = self.length
-        child.tokens = list(self.tokens)
-        child.positions = list(self.positions)
-        child.hashes = list(self.hashes)
-        child.shareable = self.shareable
-        child.salt = self.salt
-        child.lineage = self.lineage.copy()
         return child, src, dst
+
+    def _clone(self, account: PageAccount | None) -> KvContext:
+        # A context with this one's contents and no pages (the caller gives it pages or suspends it).
+        child = KvContext(self.pool, account)
+        child.length, child.committed = self.length, self.committed
+        child.tokens, child.positions = list(self.tokens), list(self.positions)
+        child.hashes, child.shareable, child.salt = list(self.hashes), self.shareable, self.salt
+        child.lineage = self.lineage.copy()
+        return child
 
     def _fork_suspended(self, account: PageAccount | None) -> KvContext:
         # A clone of a suspended context is suspended too, with no pages: it is rebuilt by replay.
@@ -304,11 +305,7 @@ class KvContext:
         need = self._pages_for(self.length)
         if account is not None:
             account.charge(need)
-        child = KvContext(self.pool, account)
-        child.length, child.committed = self.length, self.committed
-        child.tokens, child.positions = list(self.tokens), list(self.positions)
-        child.hashes, child.shareable, child.salt = list(self.hashes), self.shareable, self.salt
-        child.lineage = self.lineage.copy()
+        child = self._clone(account)
         child.resident, child.suspended_pages = False, need
         return child
 
