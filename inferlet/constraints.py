@@ -24,8 +24,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Collection, Protocol, Sequence, runtime_checkable
 
-import numpy as np
-
 from pie_core.host import grammar as _host
 from pie_core.host.errors import InvalidInput
 from inferlet.grammar import Grammar, GrammarConstraint
@@ -109,15 +107,16 @@ class Ebnf:
         return GrammarConstraint.from_ebnf(self.source, model)
 
 
-_UNSET = np.zeros(0, dtype=np.uint8)  # "not computed yet" (None means "no restriction")
+_UNSET = b""  # "not computed yet" (None means "no restriction"); a real mask is never empty
 
 
 class ConstraintSet:
     """The constraints of one generator, ANDed. Internal: the generator's bookkeeping.
 
-    Masks are packed (``uint8[ceil(vocab/8)]``). Grammar constraints advance eagerly as tokens
-    are accepted and fill their masks once per step; other constraints are stepped lazily, when
-    the next mask is needed, with the tokens accepted since.
+    Masks are packed (``ceil(vocab/8)`` bytes, token ``t`` at bit ``t & 7`` of byte ``t >> 3``).
+    Grammar constraints advance eagerly as tokens are accepted and fill their masks once per
+    step; other constraints are stepped lazily, when the next mask is needed, with the tokens
+    accepted since.
     """
 
     def __init__(self, model: Model, static_mask: Sequence[int] | None = None) -> None:
@@ -132,7 +131,7 @@ class ConstraintSet:
         self._others: list[Any] = []
         self._pending: list[int] = []
         self._static = None if static_mask is None else _host.packed_mask(model.name, static_mask)
-        self._mask: np.ndarray | None = _UNSET
+        self._mask: bytes | None = _UNSET
         self._accepted = 0
 
     def add(self, item: Any) -> None:
@@ -183,13 +182,13 @@ class ConstraintSet:
         for g in self._grammars:
             await g.matcher.ready()
 
-    def mask(self) -> np.ndarray | None:
+    def mask(self) -> bytes | None:
         """The packed mask for the next token (None: no restriction).
 
         Raises:
             InvalidInput: The constraints together allow no token.
         """
-        if self._mask is _UNSET:
+        if self._mask == _UNSET:
             masks = [g.matcher.packed_mask() for g in self._grammars]
             pending, self._pending = self._pending, []
             for c in self._others:
@@ -198,8 +197,8 @@ class ConstraintSet:
                     masks.append(_host.packed_mask(self._model.name, runs))
             if self._static is not None:
                 masks.append(self._static)
-            mask = None if not masks else masks[0] if len(masks) == 1 else np.bitwise_and.reduce(masks)
-            if mask is not None and not mask.any():
+            mask = None if not masks else masks[0] if len(masks) == 1 else _and(masks)
+            if mask is not None and mask.count(0) == len(mask):
                 raise InvalidInput(
                     f"the generator's constraints allow no token after {self._accepted} accepted tokens: a grammar "
                     "that can neither continue nor end here, or ANDed constraints (and logit_mask) with no token "
@@ -224,7 +223,7 @@ class ConstraintSet:
         self._accepted += 1
         self._mask = _UNSET
 
-    def masks_along(self, drafts: Sequence[int], stop: Collection[int]) -> list[np.ndarray | None]:
+    def masks_along(self, drafts: Sequence[int], stop: Collection[int]) -> list[bytes | None]:
         """The masks for the next token and after each draft in turn (for verifying drafts in
         one pass), as far as the drafts can go; the constraints end where they started.
 
@@ -256,6 +255,14 @@ class ConstraintSet:
                 g.matcher.rollback(walked)
             self._mask = masks[0]
         return masks
+
+
+def _and(masks: list[bytes]) -> bytes:
+    """The bitwise AND of equally long packed masks (as integers: no loop over the bytes)."""
+    acc = int.from_bytes(masks[0], "little")
+    for m in masks[1:]:
+        acc &= int.from_bytes(m, "little")
+    return acc.to_bytes(len(masks[0]), "little")
 
 
 def as_schema(schema: Any) -> Any:

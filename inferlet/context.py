@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Literal, overload
 
@@ -48,11 +47,11 @@ class Context:
         if state is None:
             self._pending, self._chat = Pending(), _model.chat_builder(model.name)
         else:  # a shallow copy: builders hold a few flags beside their (shared) format
-            self._pending, self._chat = Pending(state[0]), copy.copy(state[1])
+            self._pending, self._chat = Pending(state[0]), _model.chat_copy(state[1])
         return self
 
     def _state(self) -> tuple[list[int], Any]:
-        return self._pending.tokens(), copy.copy(self._chat)
+        return self._pending.tokens(), _model.chat_copy(self._chat)
 
     # -- snapshots and forks ---------------------------------------------------------------
     @staticmethod
@@ -111,23 +110,23 @@ class Context:
     # -- filling ---------------------------------------------------------------------------
     def system(self, text: str) -> Context:
         """Add a system message."""
-        return self._extend(self._chat.system(text))
+        return self._extend(_model.chat_system(self._chat, text))
 
     def user(self, text: str) -> Context:
         """Add a user message."""
-        return self._extend(self._chat.user(text))
+        return self._extend(_model.chat_user(self._chat, text))
 
     def assistant(self, text: str) -> Context:
         """Add a pre-filled (complete) assistant turn."""
-        return self._extend(self._chat.assistant(text))
+        return self._extend(_model.chat_assistant(self._chat, text))
 
     def cue(self) -> Context:
         """Open the model's turn: generation starts after these tokens."""
-        return self._extend(self._chat.cue())
+        return self._extend(_model.chat_cue(self._chat))
 
     def seal(self) -> Context:
         """Close the current assistant turn."""
-        return self._extend(self._chat.seal())
+        return self._extend(_model.chat_seal(self._chat))
 
     def equip_tools(self, schemas: Iterable[Any], system: str | None = None) -> Context:
         """List tools for the model as its chat template does; call it before the first message.
@@ -140,7 +139,7 @@ class Context:
             InvalidInput: Malformed schemas, or (Llama 3) equipping after the first message.
             Unsupported: The model's chat template has no tool support.
         """
-        return self._extend(self._chat.equip(_tools.normalize(schemas), system))
+        return self._extend(_model.chat_equip(self._chat, _tools.normalize(schemas), system))
 
     def answer_tool(self, name: str, value: Any) -> Context:
         """Add a turn carrying tool ``name``'s result (a string, or a dict/list: JSON-encoded).
@@ -148,7 +147,7 @@ class Context:
         Qwen's template writes consecutive tool results as one turn: there the results wait in
         the conversation builder until the next message or cue (``generate`` cues) writes it.
         """
-        return self._extend(self._chat.answer(name, value))
+        return self._extend(_model.chat_answer(self._chat, name, value))
 
     def append(self, tokens: Iterable[int]) -> Context:
         """Append raw token ids to the buffer."""
@@ -168,7 +167,7 @@ class Context:
         To read probes or samples over the buffered tokens while flushing them, build the
         pass with ``ctx.forward(flush=True)`` instead.
         """
-        self._ctx.check_live()
+        _host.check_live(self._ctx)
         if len(self._pending):
             await self.forward(flush=True).execute()
 
@@ -259,7 +258,7 @@ class Context:
             yield self
         finally:
             self._idle_depth -= 1
-            if self._idle_depth == 0 and not handle.released:
+            if self._idle_depth == 0 and not _host.is_released(handle):
                 _market.set_idle(handle, False)
 
     def suspend(self) -> None:
@@ -307,11 +306,11 @@ class Context:
         self.release()
 
     def _handle(self) -> _host.HostContext:
-        self._ctx.check_live()
+        _host.check_live(self._ctx)
         return self._ctx
 
     def _extend(self, tokens: Iterable[int]) -> Context:
-        self._ctx.check_live()
+        _host.check_live(self._ctx)
         self._pending.extend(tokens)
         return self
 

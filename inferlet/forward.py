@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
-
-import numpy as np
 
 from pie_core.host import context as _ctx_host
 from pie_core.host import grammar as _grammar_host
 from pie_core.host import inference as _host
 from pie_core.host import speculation as _spec_host
 from pie_core.host.errors import InvalidInput
+from pie_core.host.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
 from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
@@ -29,7 +27,7 @@ class SampleHandle:
 
     rows: tuple[int, ...]
     probes: tuple[int, ...] = ()
-    probe_kind: _host.ProbeKind | None = None
+    probe_kind: ProbeKind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +35,7 @@ class ProbeHandle:
     """Names one probe of a pass (``row`` indexes the pass's probes)."""
 
     row: int
-    kind: _host.ProbeKind
+    kind: ProbeKind
 
 
 class Output:
@@ -45,7 +43,7 @@ class Output:
 
     def __init__(
         self,
-        raw: _host.RequestOutput,
+        raw: RequestOutput,
         tokens: list[int] | None = None,
         auto_sampler: SampleHandle | None = None,
     ) -> None:
@@ -64,7 +62,7 @@ class Output:
         return self._auto
 
     @property
-    def raw(self) -> _host.RequestOutput:
+    def raw(self) -> RequestOutput:
         """The underlying host result: tokens per sample row, values per probe."""
         return self._raw
 
@@ -83,53 +81,51 @@ class Output:
     def distribution(self, h: ProbeHandle | SampleHandle) -> tuple[list[int], list[float]] | None:
         """Top-k ids and probabilities of a Distribution probe, or the full distribution of a
         single-index ``Sampler.dist`` handle."""
-        value = self._probe(h, _host.ProbeKind.DISTRIBUTION)
+        value = self._probe(h, ProbeKind.DISTRIBUTION)
         if value is None:
             return None
         ids, probs = value
-        return np.asarray(ids).tolist(), np.asarray(probs, dtype=np.float64).tolist()
+        return list(ids), list(probs)
 
     def logits(self, h: ProbeHandle) -> bytes | None:
         """Logits of a Logits probe as native-endian f32 bytes (vocab_size * 4 long)."""
-        value = self._probe(h, _host.ProbeKind.LOGITS)
-        return None if value is None else np.asarray(value, dtype=np.float32).astype(f"{_ENDIAN}f4").tobytes()
+        value = self._probe(h, ProbeKind.LOGITS)
+        return None if value is None else bytes(value)
 
     def logprobs(self, h: ProbeHandle) -> list[float] | None:
         """Log-probabilities of a Logprob/Logprobs probe, in the probe's token order."""
-        value = self._probe(h, _host.ProbeKind.LOGPROBS)
-        return None if value is None else np.asarray(value, dtype=np.float64).tolist()
+        value = self._probe(h, ProbeKind.LOGPROBS)
+        return None if value is None else list(value)
 
     def entropy(self, h: ProbeHandle) -> float | None:
         """Entropy of an Entropy probe."""
-        value = self._probe(h, _host.ProbeKind.ENTROPY)
+        value = self._probe(h, ProbeKind.ENTROPY)
         return None if value is None else float(value)
 
     def embedding(self, h: ProbeHandle | SampleHandle) -> list[float] | None:
         """Final hidden state (``hidden_size`` floats) of an Embedding probe or a single-index
         ``Sampler.embedding`` handle."""
-        value = self._probe(h, _host.ProbeKind.EMBEDDING)
-        return None if value is None else np.asarray(value, dtype=np.float32).tolist()
+        value = self._probe(h, ProbeKind.EMBEDDING)
+        return None if value is None else list(value)
 
     def embeddings_at(self, h: SampleHandle) -> list[list[float]]:
         """Hidden states of every index of a ``Sampler.embedding`` handle, in index order."""
-        if not isinstance(h, SampleHandle) or h.probe_kind != _host.ProbeKind.EMBEDDING:
+        if not isinstance(h, SampleHandle) or h.probe_kind != ProbeKind.EMBEDDING:
             return []
         if not all(0 <= q < len(self._raw.probes) for q in h.probes):
             return []
-        return [np.asarray(self._raw.probes[q], dtype=np.float32).tolist() for q in h.probes]
+        probes: Any = self._raw.probes
+        return [list(probes[q]) for q in h.probes]
 
     def _has_rows(self, h: SampleHandle) -> bool:
         return all(0 <= r < len(self._raw.tokens) for r in h.rows)
 
-    def _probe(self, h: Any, kind: _host.ProbeKind) -> Any:
+    def _probe(self, h: Any, kind: ProbeKind) -> Any:
         if isinstance(h, SampleHandle) and h.probe_kind == kind and len(h.probes) == 1:
             h = ProbeHandle(h.probes[0], kind)
         if not isinstance(h, ProbeHandle) or h.kind != kind or not 0 <= h.row < len(self._raw.probes):
             return None
         return self._raw.probes[h.row]
-
-
-_ENDIAN = "<" if sys.byteorder == "little" else ">"
 
 
 class Forward:
@@ -157,8 +153,8 @@ class Forward:
         self._positions: list[int] = []
         self._masks: list[list[int]] | None = None
         self._logit_mask: list[int] | None = None
-        self._samples: list[_host.SampleSpec] = []
-        self._probes: list[_host.ProbeSpec] = []
+        self._samples: list[SampleSpec] = []
+        self._probes: list[ProbeSpec] = []
         self._drafts = 0
         self._adapter: Any = None
         self._zo_seed = 0
@@ -238,7 +234,8 @@ class Forward:
             indices: Input rows to sample.
             sampler: The sampling rule.
             mask: A logit mask for these rows only (true = allowed): BRLE runs over the
-                vocabulary, or a packed bitmask (``Matcher.packed_mask()``); it replaces
+                vocabulary, or a packed bitmask (``Matcher.packed_mask()``: ``bytes``, or any
+                1-D buffer of unsigned bytes such as a numpy ``uint8`` array); it replaces
                 :meth:`mask` there.
         """
         idx = [indices] if isinstance(indices, int) else list(indices)
@@ -295,7 +292,13 @@ class Forward:
         if self._drafts:
             raise InvalidInput(f"fwd.{what}() after fwd.draft(): drafts come after every other input")
 
-    def _packed(self, mask: Any) -> np.ndarray:
-        if isinstance(mask, np.ndarray) and mask.dtype == np.uint8:
-            return mask
-        return _grammar_host.packed_mask(self._model, list(mask))
+    def _packed(self, mask: Any) -> bytes:
+        """A packed mask as bytes: a buffer of unsigned bytes is one already, anything else
+        (a list, an array of ints) is BRLE runs."""
+        try:
+            view = memoryview(mask)
+        except TypeError:
+            return _grammar_host.packed_mask(self._model, list(mask))
+        if view.format == "B" and view.ndim == 1:
+            return view.tobytes()
+        return _grammar_host.packed_mask(self._model, view.tolist())

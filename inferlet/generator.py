@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Protocol
 
 from pie_core.host.errors import InvalidInput
+from pie_core.host import context as _context
 from pie_core.host import model as _model
 from pie_core.host import scheduling as _market
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
@@ -281,7 +282,7 @@ class Generator:
     def _withdraw(self) -> None:
         """Generation ended: the context no longer expects tokens from it."""
         handle, self._told, self._target = self._told, None, None
-        if not handle.released:
+        if not _context.is_released(handle):
             _market.set_horizon(handle, None)
 
     def _buffer(self, accepted: list[int]) -> None:

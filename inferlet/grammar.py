@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from pie_core.host import grammar as _host
 from inferlet.model import Model, Tokenizer
 
@@ -122,7 +120,7 @@ class Matcher:
     @classmethod
     def _of(cls, handle: _host.MatcherHandle, grammar: Grammar) -> Matcher:
         self = cls.__new__(cls)
-        self._grammar, self._model, self._h = grammar, handle.model_name, handle
+        self._grammar, self._model, self._h = grammar, _host.matcher_model(handle), handle
         return self
 
     @property
@@ -136,7 +134,7 @@ class Matcher:
         Raises:
             InvalidInput: It does not compile, or not within ``compile_timeout``.
         """
-        await self._h.ready()
+        await _host.matcher_ready(self._h)
 
     def accept_tokens(self, ids: list[int]) -> None:
         """Advance over ``ids``, all or none.
@@ -147,7 +145,7 @@ class Matcher:
         """
         if isinstance(ids, int):
             ids = [ids]
-        self._h.accept(list(ids))
+        _host.matcher_accept(self._h, [int(t) for t in ids])
 
     def next_token_logit_mask(self) -> list[int]:
         """The tokens allowed next, as a BRLE mask over the vocabulary (first run disallowed).
@@ -155,42 +153,43 @@ class Matcher:
         Raises:
             InvalidInput: The matcher is terminated (reset it to start over).
         """
-        return self._h.runs()
+        return _host.matcher_runs(self._h)
 
     def try_accept(self, token: int) -> bool:
         """Advance over ``token`` if the grammar allows it next; False (state unchanged) if not."""
-        return self._h.try_accept(int(token))
+        return _host.matcher_try_accept(self._h, int(token))
 
     def rollback(self, n: int) -> None:
         """Undo the last ``n`` accepted tokens (e.g. drafts a verifier rejected)."""
-        self._h.rollback(int(n))
+        _host.matcher_rollback(self._h, int(n))
 
-    def packed_mask(self) -> np.ndarray:
-        """The tokens allowed next as a packed bitmask (``uint8[ceil(vocab / 8)]``, little bit
-        order): the form ``fwd.sample(..., mask=...)`` applies with no per-token work.
+    def packed_mask(self) -> bytes:
+        """The tokens allowed next as a packed bitmask (``ceil(vocab / 8)`` bytes, token ``t`` at
+        bit ``t & 7`` of byte ``t >> 3``): the form ``fwd.sample(..., mask=...)`` applies with no
+        per-token work.
 
         Raises:
             InvalidInput: The matcher is terminated (reset it to start over).
         """
-        return self._h.packed()
+        return _host.matcher_packed(self._h)
 
     @property
     def is_terminated(self) -> bool:
         """True once a stop token was accepted: the grammar is complete and closed."""
-        return self._h.is_terminated
+        return _host.matcher_is_terminated(self._h)
 
     @property
     def is_completed(self) -> bool:
         """True when the tokens so far form a complete sentence (a stop token may come next)."""
-        return self._h.can_end
+        return _host.matcher_can_end(self._h)
 
     def reset(self) -> None:
         """Back to the initial state."""
-        self._h.reset()
+        _host.matcher_reset(self._h)
 
     def fork(self) -> Matcher:
         """An independent matcher in the same state."""
-        return Matcher._of(self._h.fork(), self._grammar)
+        return Matcher._of(_host.matcher_fork(self._h), self._grammar)
 
     def __repr__(self) -> str:
         return f"Matcher({self._grammar!r}, model={self._model!r})"

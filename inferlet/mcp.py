@@ -34,7 +34,7 @@ class McpSession:
     @property
     def server(self) -> str:
         """The server's name."""
-        return self._h.server
+        return _host.server_name(self._h)
 
     async def list_tools(self) -> str:
         """The tools the server exposes.

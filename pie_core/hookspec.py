@@ -29,6 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 import pluggy
 
+from pie_core.host.values import ProbeKind, SamplerKind
 from pie_core.models.spec import ModelSpec
 
 __all__ = [
@@ -52,28 +53,6 @@ minor of the same major is accepted (minors only add optional, feature-gated cap
 
 hookspec = pluggy.HookspecMarker("pie")
 hookimpl = pluggy.HookimplMarker("pie")
-
-
-class SamplerKind(IntEnum):
-    """How a sample row picks its token(s). Temperature applies before every filter."""
-
-    ARGMAX = 0
-    TOP_K = 1
-    TOP_P = 2
-    MIN_P = 3
-    TOP_K_TOP_P = 4
-    MULTINOMIAL = 5  # ``draws`` independent draws from the full tempered distribution
-
-
-class ProbeKind(IntEnum):
-    """What a probe row reads at one input position (off its logits, except EMBEDDING)."""
-
-    LOGITS = 0  # float32[vocab], raw (after the logit mask: masked entries are -inf)
-    DISTRIBUTION = 1  # top-k (ids, probs) of softmax(logits / temperature); k = 0 means all
-    LOGPROBS = 2  # log-softmax at the given token ids, in their order
-    ENTROPY = 3  # -sum p log p of softmax(logits), a float
-    EMBEDDING = 4  # float32[hidden]: the final hidden state (after the final norm, before the
-    # output projection). Only sent to backends declaring the "embeddings" feature (since 1.1).
 
 
 class CopyKind(IntEnum):

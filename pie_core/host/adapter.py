@@ -26,7 +26,7 @@ from pie_core.host.runtime import scratch_path
 from pie_core.lora import check_tensors
 
 __all__ = ["HostAdapter", "create", "open_adapter", "fork", "save", "load", "settled", "release", "release_soon",
-           "name"]
+           "name", "check_live", "is_released"]
 
 _NO_SEEDS = np.zeros(0, dtype=np.int64)
 _NO_COEFFS = np.zeros(0, dtype=np.float32)
@@ -88,6 +88,16 @@ def open_adapter(model: str, name: str) -> HostAdapter | None:
 def name(adapter: HostAdapter) -> str:
     """The adapter's name."""
     return adapter.record.name
+
+
+def check_live(a: HostAdapter) -> None:
+    """Raise PieError if ``a`` was released; nothing while it is live."""
+    a.check_live()
+
+
+def is_released(a: HostAdapter) -> bool:
+    """Whether the handle was released."""
+    return a.released
 
 
 def fork(adapter: HostAdapter, new_name: str) -> HostAdapter:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from pie_core.runtime.events import Event
     from pie_core.runtime.manifest import Manifest
 
-__all__ = ["HostInstance", "SpawnBudget", "current", "emitting", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop"]
+__all__ = ["HostInstance", "SpawnBudget", "current", "emitting", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop",
+           "ready_first", "is_ready_first"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
@@ -127,6 +128,19 @@ def off_loop(fn: F) -> F:
 def is_off_loop(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is marked :func:`off_loop`."""
     return getattr(fn, "__pie_off_loop__", False) is True
+
+
+def ready_first(fn: F) -> F:
+    """Mark a synchronous host function whose first argument, a grammar matcher, may still be
+    compiling: a dispatcher serving a worker awaits the matcher's ``ready()`` first, so the
+    compilation never blocks the event loop. An in-process call compiles in the caller's thread."""
+    fn.__pie_ready_first__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_ready_first(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is marked :func:`ready_first`."""
+    return getattr(fn, "__pie_ready_first__", False) is True
 
 
 async def run_off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -23,6 +23,8 @@ __all__ = [
     "create",
     "release",
     "release_soon",
+    "check_live",
+    "is_released",
     "seq_len",
     "page_size",
     "truncate",
@@ -94,6 +96,16 @@ def release_soon(ctx: HostContext) -> None:
         ctx.release()
     elif ctx.loop is not None and not ctx.loop.is_closed():
         ctx.loop.call_soon_threadsafe(ctx.release)
+
+
+def check_live(ctx: HostContext) -> None:
+    """Raise PieError if ``ctx`` was released; nothing while it is live."""
+    ctx.check_live()
+
+
+def is_released(ctx: HostContext) -> bool:
+    """Whether the context was released (its pages are back in the pool)."""
+    return ctx.released
 
 
 def seq_len(ctx: HostContext) -> int:

@@ -1,12 +1,15 @@
 """Host interface ``grammar``: grammar sources, matchers on a model's vocabulary, packed masks.
 
 A matcher's grammar starts compiling (in a worker thread) as soon as the matcher is created;
-``await handle.ready()`` waits for it without blocking the event loop, under the handle's time
-limit. The synchronous calls wait in the calling thread if the grammar is not compiled yet.
+``await matcher_ready(m)`` waits for it without blocking the event loop, under the matcher's
+time limit. The synchronous ``matcher_*`` calls wait in the calling thread if the grammar is not
+compiled yet; those marked :func:`~pie_core.host.binding.ready_first` are served to an isolated
+worker only after the compilation, awaited off the event loop.
 
 Masks cross this interface in two forms: BRLE runs (``list[int]``, first run disallowed), the
-SDK's public form, and packed bitmasks (``uint8[ceil(vocab/8)]``, little bit order), the form
-the backend applies; the generator uses packed masks so a step costs no per-token work.
+SDK's public form, and packed bitmasks (``bytes`` of ``ceil(vocab/8)``, token ``t`` at bit
+``t & 7`` of byte ``t >> 3``), the form the backend applies; the generator uses packed masks so a
+step costs no per-token work.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pie_core.grammar import compiler as _compiler
 from pie_core.grammar.matcher import Matcher
 from pie_core.grammar import source as _source
 from pie_core.grammar.source import GrammarSource, any_json
-from pie_core.host.binding import off_loop
+from pie_core.host.binding import off_loop, ready_first
 from pie_core.host.model import resolve
 
 __all__ = [
@@ -34,6 +37,20 @@ __all__ = [
     "ebnf",
     "structural_tag",
     "matcher",
+    "matcher_ready",
+    "matcher_is_ready",
+    "matcher_accept",
+    "matcher_try_accept",
+    "matcher_allows",
+    "matcher_packed",
+    "matcher_runs",
+    "matcher_reset",
+    "matcher_rollback",
+    "matcher_fork",
+    "matcher_stop_ids",
+    "matcher_is_terminated",
+    "matcher_can_end",
+    "matcher_model",
     "check_masks",
     "packed_mask",
     "mask_runs",
@@ -123,9 +140,9 @@ class MatcherHandle:
         """Whether ``token`` is allowed next."""
         return self.matcher.allows(token)
 
-    def packed(self) -> np.ndarray:
-        """The next token's mask, packed (a fresh array)."""
-        return self.matcher.packed()
+    def packed(self) -> bytes:
+        """The next token's mask, packed."""
+        return self.matcher.packed().tobytes()
 
     def runs(self) -> list[int]:
         """The next token's mask as BRLE runs."""
@@ -164,6 +181,87 @@ def matcher(name: str, source: GrammarSource, timeout: float | None = None) -> M
     return MatcherHandle(name, source, timeout)
 
 
+async def matcher_ready(m: MatcherHandle) -> None:
+    """Wait, without blocking the event loop, until ``m``'s grammar is compiled.
+
+    Raises:
+        InvalidInput: The grammar does not compile, or not within the matcher's time limit.
+    """
+    await m.ready()
+
+
+def matcher_is_ready(m: MatcherHandle) -> bool:
+    """Whether ``m``'s grammar is compiled (no matcher call will wait for it)."""
+    return m.is_ready
+
+
+@ready_first
+def matcher_accept(m: MatcherHandle, tokens: list[int]) -> None:
+    """Advance ``m`` over ``tokens``, all or none (InvalidInput names a token the grammar forbids)."""
+    m.accept(tokens)
+
+
+@ready_first
+def matcher_try_accept(m: MatcherHandle, token: int) -> bool:
+    """Advance ``m`` over ``token`` if the grammar allows it next; False (unchanged) if not."""
+    return m.try_accept(token)
+
+
+@ready_first
+def matcher_allows(m: MatcherHandle, token: int) -> bool:
+    """Whether the grammar allows ``token`` next."""
+    return m.allows(token)
+
+
+@ready_first
+def matcher_packed(m: MatcherHandle) -> bytes:
+    """The tokens allowed next as a packed mask (InvalidInput once ``m`` is terminated)."""
+    return m.packed()
+
+
+@ready_first
+def matcher_runs(m: MatcherHandle) -> list[int]:
+    """The tokens allowed next as BRLE runs (InvalidInput once ``m`` is terminated)."""
+    return m.runs()
+
+
+def matcher_reset(m: MatcherHandle) -> None:
+    """Put ``m`` back at the grammar's start."""
+    m.reset()
+
+
+@ready_first
+def matcher_rollback(m: MatcherHandle, n: int) -> None:
+    """Undo the last ``n`` tokens ``m`` accepted."""
+    m.rollback(n)
+
+
+def matcher_fork(m: MatcherHandle) -> MatcherHandle:
+    """An independent matcher in ``m``'s state."""
+    return m.fork()
+
+
+def matcher_stop_ids(m: MatcherHandle) -> list[int]:
+    """The tokens ``m``'s grammar ends on."""
+    return list(m.stop_ids)
+
+
+def matcher_is_terminated(m: MatcherHandle) -> bool:
+    """True once ``m`` accepted a stop token."""
+    return m.is_terminated
+
+
+@ready_first
+def matcher_can_end(m: MatcherHandle) -> bool:
+    """True when a stop token is allowed now (the tokens so far complete the grammar)."""
+    return m.can_end
+
+
+def matcher_model(m: MatcherHandle) -> str:
+    """The name of the model whose vocabulary ``m`` walks."""
+    return m.model_name
+
+
 def check_masks(name: str) -> None:
     """Make sure model ``name``'s backend applies logit masks.
 
@@ -175,20 +273,26 @@ def check_masks(name: str) -> None:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks, so it cannot constrain generation")
 
 
-def packed_mask(name: str, runs: Sequence[int]) -> np.ndarray:
+def packed_mask(name: str, runs: Sequence[int]) -> bytes:
     """A BRLE vocabulary mask of model ``name``, packed.
 
     Raises:
         InvalidInput: Negative runs, or runs that do not cover exactly the vocabulary.
     """
     vocab = int(resolve(name).spec.vocab_size)
-    return brle.pack_bits(brle.decode(runs, vocab, "logit mask"))
+    return brle.pack_bits(brle.decode(runs, vocab, "logit mask")).tobytes()
 
 
-def mask_runs(name: str, packed: np.ndarray) -> list[int]:
-    """A packed vocabulary mask of model ``name`` as BRLE runs."""
+def mask_runs(name: str, packed: bytes) -> list[int]:
+    """A packed vocabulary mask of model ``name`` as BRLE runs.
+
+    Raises:
+        InvalidInput: ``packed`` is not ``bytes`` of the vocabulary's packed length.
+    """
     vocab = int(resolve(name).spec.vocab_size)
-    mask = np.asarray(packed, dtype=np.uint8)
-    if mask.shape != ((vocab + 7) // 8,):
-        raise InvalidInput(f"a packed mask for a vocabulary of {vocab} has {(vocab + 7) // 8} bytes, got {mask.shape}")
+    width = (vocab + 7) // 8
+    if not isinstance(packed, (bytes, bytearray)) or len(packed) != width:
+        got = f"{len(packed)} bytes" if isinstance(packed, (bytes, bytearray)) else f"a {type(packed).__name__}"
+        raise InvalidInput(f"a packed mask for a vocabulary of {vocab} is {width} bytes, got {got}")
+    mask = np.frombuffer(packed, dtype=np.uint8)
     return brle.encode(np.unpackbits(mask, bitorder="little", count=vocab).view(bool))

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from pie_core import brle
 from pie_core.errors import InvalidInput, Unsupported
-from pie_core.hookspec import Capabilities, ProbeKind, SamplerKind
+from pie_core.hookspec import Capabilities
 from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.context import HostContext
+from pie_core.host.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.runtime.engine import LoadedModel
 from pie_core.scheduler.passes import Pass, Tag, run_pass
-from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
 
@@ -48,7 +48,8 @@ async def forward(
         attention_masks: One BRLE row per input token over the KV length after this pass
             (true = attend); None = causal.
         logit_mask: BRLE over the vocabulary applied at every sampled row (true = allowed).
-        samples: Sampled rows (``index`` into ``tokens``).
+        samples: Sampled rows (``index`` into ``tokens``); a row's own ``logit_mask`` is the
+            vocabulary packed 8 tokens per byte, little bit order (``bytes``).
         probes: Probed rows.
         drafts: How many trailing tokens are drafts to verify.
         adapter: An adapter handle of the same model to run the pass with; None = base weights.
@@ -56,7 +57,8 @@ async def forward(
             must be set up with ``zo.initialize``); 0 = its mean.
 
     Returns:
-        Tokens per sample and values per probe, in the given order.
+        Tokens per sample and values per probe, in the given order, as plain Python values
+        (see :class:`~pie_core.host.values.RequestOutput`).
 
     Raises:
         InvalidInput: Any argument out of range; the message names it. Nothing is written.
@@ -84,7 +86,7 @@ async def forward(
         raise Unsupported(f"backend {model.backend!r} does not support embedding probes (feature 'embeddings')")
     if logit_mask is not None and "logit_mask" not in caps.features:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks")
-    _check_sample_masks(samples, model.spec.vocab_size, "logit_mask" in caps.features, model.backend)
+    samples = _sample_masks(samples, model.spec.vocab_size, "logit_mask" in caps.features, model.backend)
     record = _check_adapter(adapter, zo_seed, model)
     if logit_mask is not None:  # rows with a mask of their own keep it
         packed = brle.pack_bits(brle.decode(logit_mask, model.spec.vocab_size, "logit mask"))
@@ -101,7 +103,8 @@ async def forward(
         pos = _check_positions(positions, n, base, model.spec.max_position)
         masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
         work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
-        return await run_pass(model, ctx.holder, work)
+        out = await run_pass(model, ctx.holder, work)
+    return replace(out, probes=tuple(_plain(p.kind, v) for p, v in zip(probes, out.probes)))
 
 
 class _Binding:
@@ -145,18 +148,35 @@ def _check_adapter(adapter: HostAdapter | None, zo_seed: int, model: LoadedModel
     return record
 
 
-def _check_sample_masks(samples: Sequence[SampleSpec], vocab: int, supported: bool, backend: str) -> None:
+def _sample_masks(samples: Sequence[SampleSpec], vocab: int, supported: bool, backend: str) -> list[SampleSpec]:
+    """``samples`` with each packed logit mask (bytes from the SDK, or a uint8 array) as the
+    uint8 array the batcher takes."""
     width = (vocab + 7) // 8
+    checked = []
     for i, s in enumerate(samples):
         mask = s.logit_mask
-        if mask is None:
-            continue
-        if not supported:
-            raise Unsupported(f"backend {backend!r} does not support logit masks")
-        if not isinstance(mask, np.ndarray) or mask.dtype != np.uint8 or mask.shape != (width,):
-            raise InvalidInput(
-                f"sample {i}'s logit mask must be a packed uint8 array of {width} bytes (the vocabulary, 8 per byte)"
-            )
+        if mask is not None:
+            if not supported:
+                raise Unsupported(f"backend {backend!r} does not support logit masks")
+            if isinstance(mask, (bytes, bytearray)) and len(mask) == width:
+                s = replace(s, logit_mask=np.frombuffer(mask, dtype=np.uint8))
+            elif not (isinstance(mask, np.ndarray) and mask.dtype == np.uint8 and mask.shape == (width,)):
+                raise InvalidInput(f"sample {i}'s logit mask must be {width} bytes, a packed uint8 array over the "
+                                   "vocabulary (8 tokens per byte, little bit order)")
+        checked.append(s)
+    return checked
+
+
+def _plain(kind: ProbeKind, value: Any) -> Any:
+    """A probe's value as the SDK reads it (see :class:`RequestOutput`), with no numpy in it."""
+    if kind == ProbeKind.LOGITS:
+        return np.asarray(value, dtype=np.float32).tobytes()
+    if kind == ProbeKind.DISTRIBUTION:
+        ids, probs = value
+        return np.asarray(ids).tolist(), np.asarray(probs, dtype=np.float64).tolist()
+    if kind == ProbeKind.ENTROPY:
+        return float(value)
+    return np.asarray(value, dtype=np.float64).tolist()  # LOGPROBS, EMBEDDING
 
 
 def _check_drafts(drafts: int, n: int, samples: Sequence[SampleSpec], masked: bool) -> list[int]:

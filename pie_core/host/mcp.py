@@ -19,6 +19,8 @@ __all__ = [
     "available_servers",
     "connect",
     "close",
+    "server_name",
+    "is_closed",
     "list_tools",
     "call_tool",
     "list_resources",
@@ -60,6 +62,16 @@ def close(session: ServerSession) -> None:
     """Close ``session``; later calls on it raise InvalidInput."""
     session.release()
     current().resources.discard(session)
+
+
+def server_name(session: ServerSession) -> str:
+    """The name of the server ``session`` talks to."""
+    return session.server
+
+
+def is_closed(session: ServerSession) -> bool:
+    """Whether ``session`` was closed (by :func:`close` or when its inferlet ended)."""
+    return session.closed
 
 
 async def list_tools(session: ServerSession) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from pie_core.errors import InvalidInput
 from pie_core.host.binding import current
 from pie_core.runtime.broker import Subscription
 
-__all__ = ["broadcast", "subscribe", "unsubscribe", "next_message", "push", "pull", "Subscription"]
+__all__ = ["broadcast", "subscribe", "unsubscribe", "next_message", "push", "pull", "subscription_topic",
+           "subscription_closed", "Subscription"]
 
 
 def _check(topic: str, message: str | None = None) -> None:
@@ -53,6 +54,16 @@ def unsubscribe(sub: Subscription) -> None:
 async def next_message(sub: Subscription) -> str | None:
     """Wait for the next broadcast on ``sub``; None once unsubscribed."""
     return await sub.next()
+
+
+def subscription_topic(sub: Subscription) -> str:
+    """The topic ``sub`` listens to."""
+    return sub.topic
+
+
+def subscription_closed(sub: Subscription) -> bool:
+    """Whether ``sub`` was closed (by :func:`unsubscribe` or when its inferlet ended)."""
+    return sub.closed
 
 
 def push(topic: str, message: str) -> None:

@@ -1,10 +1,16 @@
-"""Host interface ``model``: tokenizers and chat formats of loaded models."""
+"""Host interface ``model``: tokenizers and chat formats of loaded models.
+
+A conversation's chat state is a :class:`~pie_core.models.chat_formats.base.ChatBuilder` made by
+:func:`chat_builder`; the ``chat_*`` calls write its turns.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pie_core.host.binding import current
+from pie_core.models.chat_formats.base import ChatBuilder
 from pie_core.runtime.engine import LoadedModel
 
 __all__ = [
@@ -18,6 +24,14 @@ __all__ = [
     "split_regex",
     "chat_tokens",
     "chat_builder",
+    "chat_system",
+    "chat_user",
+    "chat_assistant",
+    "chat_cue",
+    "chat_seal",
+    "chat_equip",
+    "chat_answer",
+    "chat_copy",
     "stop_tokens",
     "reasoning_markers",
 ]
@@ -81,9 +95,60 @@ def chat_tokens(name: str, role: str, text: str = "") -> list[int]:
     return _piece(resolve(name).chat, role, text)
 
 
-def chat_builder(name: str) -> Any:
-    """A stateful per-conversation builder (same five methods as :func:`chat_tokens`' roles)."""
+def chat_builder(name: str) -> ChatBuilder:
+    """A stateful per-conversation builder for the model's chat format (see the ``chat_*`` calls)."""
     return resolve(name).chat.builder()
+
+
+def chat_system(b: ChatBuilder, text: str) -> list[int]:
+    """Tokens of a system message (may be empty when the format defers it)."""
+    return list(b.system(text))
+
+
+def chat_user(b: ChatBuilder, text: str) -> list[int]:
+    """Tokens of a complete user turn."""
+    return list(b.user(text))
+
+
+def chat_assistant(b: ChatBuilder, text: str) -> list[int]:
+    """Tokens of a complete (pre-filled) assistant turn."""
+    return list(b.assistant(text))
+
+
+def chat_cue(b: ChatBuilder) -> list[int]:
+    """Tokens that open the assistant's turn for generation."""
+    return list(b.cue())
+
+
+def chat_seal(b: ChatBuilder) -> list[int]:
+    """Tokens that close an assistant turn opened by :func:`chat_cue` after its content."""
+    return list(b.seal())
+
+
+def chat_equip(b: ChatBuilder, tools: list[dict[str, Any]], system: str | None = None) -> list[int]:
+    """The opening system turn listing ``tools`` (JSON schemas) as the template writes it.
+
+    Raises:
+        InvalidInput: Malformed schemas, or equipping after the first message where the
+            template forbids it.
+        Unsupported: The model's chat template has no tool support.
+    """
+    return list(b.equip(tools, system))
+
+
+def chat_answer(b: ChatBuilder, name: str, value: Any) -> list[int]:
+    """A turn carrying tool ``name``'s result (non-strings are JSON-encoded); a format that
+    writes consecutive results as one turn may return ``[]`` and write them with the next turn.
+
+    Raises:
+        Unsupported: The model's chat template has no tool support.
+    """
+    return list(b.answer(name, value))
+
+
+def chat_copy(b: ChatBuilder) -> ChatBuilder:
+    """An independent builder in ``b``'s state (a shallow copy: the format is shared)."""
+    return copy.copy(b)
 
 
 def stop_tokens(name: str) -> list[int]:

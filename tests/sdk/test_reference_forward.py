@@ -109,6 +109,28 @@ def test_mask_applies_at_every_sampled_position_but_not_to_probes(dummy):
     assert np.array_equal(_floats(raw), logits[2])  # probes read the raw logits
 
 
+def test_a_row_mask_may_be_brle_runs_packed_bytes_or_a_numpy_uint8_array(dummy):
+    async def main(_):
+        model = _model()
+        allowed = np.zeros(model.vocab_size, dtype=bool)
+        allowed[[3, 1000, 2000]] = True
+        packed = np.packbits(allowed, bitorder="little")
+        with Context(model) as ctx:
+            fwd = ctx.forward().input([5, 6, 7])
+            hs = [fwd.sample([i], Sampler.argmax(), mask=m)
+                  for i, m in enumerate([brle.encode(allowed), packed.tobytes(), packed])]
+            p = fwd.probe(2, Distribution(k=2))
+            out = await fwd.execute()
+            return [out.token(h) for h in hs], out.raw.probes[0]
+
+    tokens, raw_probe = dummy.value(main)
+    logits = _expected_logits(dummy, [5, 6, 7], [0, 1, 2])
+    ids = np.array([3, 1000, 2000])
+    assert tokens == ids[logits[:, ids].argmax(axis=1)].tolist()
+    ids_k, probs_k = raw_probe  # the host hands the SDK plain Python values, no numpy
+    assert type(ids_k) is list and type(probs_k) is list and all(type(x) is float for x in probs_k)
+
+
 def test_raw_output_has_no_generator_tokens_or_auto_sampler(dummy):
     async def main(_):
         with Context(_model()) as ctx:

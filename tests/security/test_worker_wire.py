@@ -99,18 +99,32 @@ def test_pie_value_types_errors_tuples_and_handles_round_trip():
     assert type(odd) is ValueError and "UnicodeDecodeError" in str(odd)  # its nearest declared base
 
 
-def test_every_value_type_is_a_frozen_dataclass_enum_or_error_and_every_handle_member_exists():
+def test_every_value_type_is_a_frozen_dataclass_enum_or_error_and_handles_are_opaque():
     import dataclasses
     import enum
 
     for cls in host_api.VALUE_TYPES:
         assert issubclass(cls, (enum.Enum, BaseException)) or dataclasses.is_dataclass(cls) and \
             cls.__dataclass_params__.frozen, cls
-    for kind in host_api.HANDLES:
-        for name in kind.methods | kind.async_methods | kind.properties:
-            assert hasattr(kind.cls, name) or name in getattr(kind.cls, "__annotations__", {}) or \
-                name in ("model_name", "vocab_size", "timeout", "source", "topic", "closed"), (kind.name, name)
-            assert not name.startswith("_")
+    assert [f.name for f in dataclasses.fields(host_api.HandleKind)] == ["name", "cls"]  # no members to call
+    taken = set()
+    for fn in host_api.host_functions().values():  # every annotation resolves: handle arguments are checked by it
+        taken.update(t for t in host_api.parameter_types(fn).values() if isinstance(t, type))
+    assert {kind.cls for kind in host_api.HANDLES if kind.name != "LoadedModel"} <= taken
+
+
+def test_a_handle_is_refused_where_the_host_function_declares_another_class():
+    from pie_core.host import context, model
+    from pie_core.host.grammar import MatcherHandle
+
+    ctx, matcher = context.HostContext.__new__(context.HostContext), MatcherHandle.__new__(MatcherHandle)
+    with pytest.raises(TypeError, match="b cannot be a HostContext handle"):
+        host_api.check_arguments(model.chat_copy, "pie_core.host.model.chat_copy", (ctx,), {})
+    with pytest.raises(TypeError, match="ctx cannot be a MatcherHandle handle"):
+        host_api.check_arguments(context.release, "pie_core.host.context.release", (matcher,), {})
+    with pytest.raises(TypeError, match="tokens cannot be a HostContext handle"):
+        host_api.check_arguments(model.detokenize, "pie_core.host.model.detokenize", ("m",), {"tokens": ctx})
+    host_api.check_arguments(context.release, "pie_core.host.context.release", (ctx,), {})
 
 
 @pytest.mark.parametrize("payload, why", [
@@ -188,8 +202,12 @@ async def main(input: dict):
             l.send(["call", 999, "binding", "current", [], {}])
         elif mode == "engine-attr":
             l.send(["get", 999, ctx._ctx, "owner"])
+        elif mode == "method":
+            l.send(["method", 999, ctx._ctx, "release", [], {}])
         elif mode == "dunder":
             l.send(["method", 999, ctx._ctx, "__reduce_ex__", [2], {}])
+        elif mode == "copy":
+            l.send(["copy", 999, ctx._ctx])
         elif mode == "started-twice":
             l.send(["started", 0])
         elif mode == "self-reference":
@@ -212,8 +230,10 @@ async def main(input: dict):
     ("oversize", "frames are at most 67108864 bytes"),
     ("private", "'context'.'_fork_kv' is not a host function"),
     ("outside", "'binding'.'current' is not a host function"),
-    ("engine-attr", "HostContext has no attribute 'owner'"),
-    ("dunder", "HostContext has no method '__reduce_ex__'"),
+    ("engine-attr", "unknown message ['get', 999,"),
+    ("method", "unknown message ['method', 999,"),  # handles are opaque: no method of one is callable
+    ("dunder", "unknown message ['method', 999,"),
+    ("copy", "unknown message ['copy', 999,"),
     ("started-twice", "reported 'started' twice"),
 ])
 def test_a_hostile_frame_kills_only_its_worker_and_alice_is_served(hostile, tmp_path, mode, error):
@@ -285,6 +305,45 @@ def test_hostile_draft_passes_and_masks_are_refused_and_alice_is_served(hostile,
         async with await connect(s.url, TOKENS["mallory"]) as mallory:
             value = await (await mallory.launch(await mallory.install(program), {})).wait()
             assert value == {"refused": ["InvalidInput"] * 6, "seq_len": 3}  # nothing was written
+        await victim_is_served(s)
+
+    hostile(scenario)
+
+
+HANDLE_MIXUP = '''
+import copy
+from inferlet import Context, Model, runtime
+from pie_core.host import context, grammar, model
+
+
+async def main(input):
+    name = runtime.models()[0]
+    with Context(Model.load(name)) as ctx:
+        handle, refused = ctx._ctx, []
+        for call in (lambda: model.chat_copy(handle), lambda: grammar.matcher_packed(handle),
+                     lambda: handle.check_live(), lambda: handle.released):
+            try:
+                call()
+            except (TypeError, AttributeError) as e:
+                refused.append(f"{type(e).__name__}: {e}")
+        m = grammar.matcher(name, grammar.regex("[a-z]+"))
+        runs = grammar.matcher_runs(m)  # before matcher_ready: the engine awaits the compilation first
+        return {"refused": refused, "copy_is_same": copy.copy(handle) is handle, "live": not context.is_released(handle),
+                "runs_cover_the_vocabulary": sum(runs) == model.vocab_size(name), "model": grammar.matcher_model(m) == name}
+'''
+
+
+def test_a_handle_is_an_opaque_token_good_only_as_the_argument_its_host_function_declares(hostile, tmp_path):
+    program = write_program(tmp_path / "mixup", HANDLE_MIXUP)
+
+    async def scenario(s):
+        async with await connect(s.url, TOKENS["mallory"]) as mallory:
+            value = await (await mallory.launch(await mallory.install(program), {})).wait()
+            refused = value.pop("refused")
+            assert refused[0] == "TypeError: pie_core.host.model.chat_copy(): b cannot be a HostContext handle"
+            assert refused[1] == "TypeError: pie_core.host.grammar.matcher_packed(): m cannot be a HostContext handle"
+            assert all("HostContext handle is opaque" in r for r in refused[2:]) and len(refused) == 4, refused
+            assert value == {"copy_is_same": True, "live": True, "runs_cover_the_vocabulary": True, "model": True}
         await victim_is_served(s)
 
     hostile(scenario)

@@ -1,34 +1,35 @@
 """The host API an isolated worker may use: every call and every value type, declared here.
 
 A worker reaches the engine only through what this module names: the ``__all__`` functions of
-:data:`HOST_MODULES`, the members of the handle classes in :data:`HANDLES` (engine objects a
-worker holds by id), and the value types in :data:`VALUE_TYPES` (which cross by value). The
-engine refuses anything else; a contract check (``wit/``) can diff this table against the SDK.
+:data:`HOST_MODULES`, which take and return the engine objects of :data:`HANDLES` (held by the
+worker as opaque ids: every operation on one is a host function taking it as its first
+argument) and the value types in :data:`VALUE_TYPES` (which cross by value). The engine refuses
+anything else; a contract check (``wit/``) can diff this table against the SDK.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from pie_core.errors import BackendError, ContractError, InvalidInput, NotFound, OutOfPages, PieError, Unsupported
 from pie_core.grammar.source import GrammarSource
-from pie_core.hookspec import ProbeKind, SamplerKind
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.context import HostContext
 from pie_core.host.grammar import MatcherHandle
+from pie_core.host.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.mcp.errors import McpError
 from pie_core.mcp.session import ServerSession
 from pie_core.models.chat_formats.base import ChatBuilder
 from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
 from pie_core.runtime.broker import Subscription
 from pie_core.runtime.engine import LoadedModel
-from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
-           "check_arguments"]
+           "check_arguments", "parameter_types"]
 
 HOST_MODULES = ("adapter", "context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "scheduling",
                 "session", "speculation", "tools", "zo")
@@ -40,46 +41,26 @@ holds), never callable from a worker."""
 
 @dataclass(frozen=True, slots=True)
 class HandleKind:
-    """An engine class whose instances a worker holds by id, and what the worker may do with one.
+    """An engine class whose instances a worker holds as opaque ids: it can pass one to host
+    functions and compare it by identity, nothing else.
 
     Attributes:
         name: The name the wire uses for the class.
         cls: The engine class (instances of subclasses count too).
-        methods: Synchronous methods the worker may call.
-        async_methods: Coroutine methods the worker may await.
-        properties: Attributes the worker may read (their values must cross by value).
-        copyable: ``copy.copy`` of the handle makes a shallow engine-side copy; otherwise a copy
-            is the same handle.
-        ready_first: Members the engine serves only after ``await handle.ready()``, so a
-            grammar still compiling never blocks the engine's event loop.
     """
 
     name: str
     cls: type
-    methods: frozenset[str] = frozenset()
-    async_methods: frozenset[str] = frozenset()
-    properties: frozenset[str] = frozenset()
-    copyable: bool = False
-    ready_first: frozenset[str] = frozenset()
 
 
 HANDLES: tuple[HandleKind, ...] = (
-    HandleKind("HostContext", HostContext, methods=frozenset({"check_live", "release"}),
-               properties=frozenset({"released"})),
-    HandleKind("MatcherHandle", MatcherHandle,
-               methods=frozenset({"accept", "try_accept", "allows", "packed", "runs", "reset", "rollback", "fork"}),
-               async_methods=frozenset({"ready"}),
-               properties=frozenset({"is_ready", "stop_ids", "is_terminated", "can_end", "model_name", "vocab_size",
-                                     "timeout", "source"}),
-               ready_first=frozenset({"accept", "try_accept", "allows", "packed", "runs", "rollback", "can_end"})),
-    HandleKind("ChatBuilder", ChatBuilder,
-               methods=frozenset({"system", "user", "assistant", "cue", "seal", "equip", "answer"}), copyable=True),
-    HandleKind("Subscription", Subscription, methods=frozenset({"release"}), async_methods=frozenset({"next"}),
-               properties=frozenset({"topic", "closed"})),
-    HandleKind("ServerSession", ServerSession, methods=frozenset({"release"}), properties=frozenset({"server", "closed"})),
-    HandleKind("HostAdapter", HostAdapter, methods=frozenset({"check_live", "release"}),
-               properties=frozenset({"released"})),
-    HandleKind("LoadedModel", LoadedModel),  # model.resolve's result: opaque, only proves the model exists
+    HandleKind("HostContext", HostContext),
+    HandleKind("MatcherHandle", MatcherHandle),
+    HandleKind("ChatBuilder", ChatBuilder),
+    HandleKind("Subscription", Subscription),
+    HandleKind("ServerSession", ServerSession),
+    HandleKind("HostAdapter", HostAdapter),
+    HandleKind("LoadedModel", LoadedModel),  # model.resolve's result: only proves the model exists
 )
 
 _BY_NAME = {kind.name: kind for kind in HANDLES}
@@ -137,14 +118,38 @@ def handle_kind(obj: Any = None, *, name: str | None = None) -> HandleKind | Non
 
 
 def check_arguments(fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Raise TypeError, as a direct call would, when ``args``/``kwargs`` do not fit ``fn``."""
+    """Raise TypeError, as a direct call would, when ``args``/``kwargs`` do not fit ``fn``, and
+    when a handle is passed for a parameter whose annotation does not admit its class (a worker
+    holding a context cannot pass it to ``model.chat_copy``)."""
     try:
-        _signature(fn).bind(*args, **kwargs)
+        bound = _signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{what}(): {exc}") from None
+    for name, value in bound.arguments.items():
+        kind = handle_kind(value)
+        if kind is not None and not _admits(parameter_types(fn).get(name, Any), value):
+            raise TypeError(f"{what}(): {name} cannot be a {kind.name} handle")
+
+
+def parameter_types(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s resolved annotations (handle classes resolve even where a module imports them
+    only for type checking)."""
+    if fn not in _TYPES:
+        _TYPES[fn] = typing.get_type_hints(fn, localns={kind.cls.__name__: kind.cls for kind in HANDLES})
+    return _TYPES[fn]
+
+
+def _admits(hint: Any, value: Any) -> bool:
+    if hint is Any:
+        return True
+    try:
+        return isinstance(value, hint)
+    except TypeError:  # a generic such as Sequence[int]: no handle is one
+        return False
 
 
 _SIGNATURES: dict[Any, inspect.Signature] = {}
+_TYPES: dict[Any, dict[str, Any]] = {}
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:

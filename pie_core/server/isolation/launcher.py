@@ -17,7 +17,6 @@ value]`` for each call.
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import inspect
 import signal
@@ -25,7 +24,8 @@ from typing import Any, Awaitable, Callable
 
 from pie_core.errors import PieError
 from pie_core.host import runtime as host_runtime
-from pie_core.host.binding import HostInstance, bind, is_off_loop, run_off_loop, unbind
+from pie_core.host.binding import HostInstance, bind, is_off_loop, is_ready_first, run_off_loop, unbind
+from pie_core.host.grammar import MatcherHandle
 from pie_core.runtime.engine import Engine
 from pie_core.runtime.events import Event
 from pie_core.runtime.instance import _jsonable
@@ -192,19 +192,18 @@ class _Session:
 
     def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
         """Check one message and act on it: ``["call", id, module, name, args, kwargs]``,
-        ``["method", id, handle, name, args, kwargs]``, ``["get", id, handle, name]``, ``["copy", id,
-        handle]``, ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
-        "return"|"error", value]``, which ends the session with that event.
+        ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
+        "return"|"error", value]``, which ends the session with that event. Handles are opaque:
+        a worker reaches an engine object only by passing it to a host function.
 
         Raises:
             ProtocolError: Anything else, or an undeclared call.
         """
         op = msg[0] if isinstance(msg, list) and msg else None
-        fields = {"call": 6, "method": 6, "get": 4, "copy": 3, "print": 3, "started": 2, "done": 3}.get(op) \
-            if isinstance(op, str) else None
+        fields = {"call": 6, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
         if fields is None or len(msg) != fields:
-            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, method, get, copy, print, "
-                                "started or done, each with its fields")
+            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, print, started or done, "
+                                "each with its fields")
         if op == "print":
             if msg[1] not in ("stdout", "stderr") or not isinstance(msg[2], str):
                 raise ProtocolError("print takes 'stdout' or 'stderr' and a str")
@@ -222,50 +221,28 @@ class _Session:
         rid = msg[1]
         if type(rid) is not int or not 0 < rid < 2**63:
             raise ProtocolError(f"call ids are positive 64-bit ints, got {str(rid)[:40]}")
-        self._start(rid, self._call(op, msg[2:]))
+        self._start(rid, self._call(*msg[2:]))
         return None
 
-    def _call(self, op: str, fields: list[Any]) -> Callable[[], Awaitable[Any]]:
-        """The checked call as a coroutine function; ProtocolError for anything undeclared."""
-        if op == "call":
-            module, name, args, kwargs = fields
-            fn = _declared(lambda: host_api.host_function(module, name))
-            args, kwargs = _arguments(args, kwargs)
-            what = f"pie_core.host.{module}.{name}"
-            if (module, name) == ("runtime", "spawn"):
-                def spawn() -> Any:
-                    host_api.check_arguments(fn, what, args, kwargs)
-                    return host_runtime.spawn_child(*args, **kwargs, runner=self.runner)
-                return lambda: _settle(spawn)
-            if is_off_loop(fn):  # parsing a grammar may take seconds: never on the event loop
-                def parse() -> Any:
-                    host_api.check_arguments(fn, what, args, kwargs)
-                    return run_off_loop(fn, *args, **kwargs)
-                return lambda: _settle(parse)
-            return lambda: _settle(lambda: _invoke(fn, what, args, kwargs))
-        obj, name = fields[0], fields[1] if len(fields) > 1 else None
-        kind = host_api.handle_kind(obj)
-        if kind is None:
-            raise ProtocolError(f"{op} needs a handle the engine gave the worker, got a {type(obj).__name__}")
-        if op != "copy" and not isinstance(name, str):
-            raise ProtocolError(f"{op} needs a member name (str), got a {type(name).__name__}")
-        ready = name in kind.ready_first
-        if op == "copy":
-            if not kind.copyable:
-                raise ProtocolError(f"{kind.name} handles cannot be copied")
-            return lambda: _settle(lambda: copy.copy(obj))
-        if op == "get":
-            if name not in kind.properties:
-                raise ProtocolError(f"{kind.name} has no attribute {str(name)[:64]!r} for inferlets; it offers "
-                                    f"{', '.join(sorted(kind.properties)) or 'none'}")
-            return lambda: _settle(lambda: getattr(obj, name), obj if ready else None)
-        if name not in kind.methods and name not in kind.async_methods:
-            raise ProtocolError(f"{kind.name} has no method {str(name)[:64]!r} for inferlets; it offers "
-                                f"{', '.join(sorted(kind.methods | kind.async_methods)) or 'none'}")
-        args, kwargs = _arguments(fields[2], fields[3])
-        fn = inspect.getattr_static(type(obj), name)
-        what = f"{kind.name}.{name}"
-        return lambda: _settle(lambda: _invoke(fn, what, (obj, *args), kwargs), obj if ready else None)
+    def _call(self, module: Any, name: Any, args: Any, kwargs: Any) -> Callable[[], Awaitable[Any]]:
+        """The checked call as a coroutine function; ProtocolError for anything undeclared.
+        Handle arguments were checked when the frame was decoded: each is one the engine gave
+        this worker (:class:`_HandleTable`)."""
+        fn = _declared(lambda: host_api.host_function(module, name))
+        args, kwargs = _arguments(args, kwargs)
+        what = f"pie_core.host.{module}.{name}"
+        if (module, name) == ("runtime", "spawn"):
+            def spawn() -> Any:
+                host_api.check_arguments(fn, what, args, kwargs)
+                return host_runtime.spawn_child(*args, **kwargs, runner=self.runner)
+            return lambda: _settle(spawn)
+        if is_off_loop(fn):  # parsing a grammar may take seconds: never on the event loop
+            def parse() -> Any:
+                host_api.check_arguments(fn, what, args, kwargs)
+                return run_off_loop(fn, *args, **kwargs)
+            return lambda: _settle(parse)
+        ready = args[0] if is_ready_first(fn) and args and isinstance(args[0], MatcherHandle) else None
+        return lambda: _settle(lambda: _invoke(fn, what, args, kwargs), ready)
 
     def _start(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
         self.in_flight += 1
@@ -315,7 +292,7 @@ def _invoke(fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: di
     return fn(*args, **kwargs)
 
 
-async def _settle(call: Callable[[], Any], ready: Any = None) -> Any:
+async def _settle(call: Callable[[], Any], ready: MatcherHandle | None = None) -> Any:
     if ready is not None:  # a grammar still compiling is awaited here, never compiled on the event loop
         await ready.ready()
     result = call()

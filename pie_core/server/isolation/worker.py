@@ -10,7 +10,7 @@ events, one per line (a partial line goes out on ``flush()`` and when ``main`` e
 
 The SDK is unchanged: every host function of :mod:`.host_api` is replaced by a proxy that sends
 the call to the engine, which runs it for this worker's instance and sends back the result.
-Engine objects come back as handles that allow exactly their declared members.
+Engine objects come back as opaque handles, good only as arguments of host functions.
 """
 
 from __future__ import annotations
@@ -37,26 +37,18 @@ _CHUNK = 64 * 1024  # a Stdout/Stderr event carries at most this many characters
 
 
 class _Remote:
-    """A worker-side stand-in for an engine object: its declared members go to the engine."""
+    """A worker-side stand-in for an engine object: an opaque token that host calls take as an
+    argument. It has no members; a copy of it is itself."""
 
-    __slots__ = ("_rid", "_kind", "_link")
+    __slots__ = ("_rid", "_kind")
 
-    def __init__(self, rid: int, kind: host_api.HandleKind, link: _Link) -> None:
+    def __init__(self, rid: int, kind: host_api.HandleKind) -> None:
         object.__setattr__(self, "_rid", rid)
         object.__setattr__(self, "_kind", kind)
-        object.__setattr__(self, "_link", link)
 
     def __getattr__(self, name: str) -> Any:
-        kind: host_api.HandleKind = self._kind
-        if name in kind.async_methods:
-            async def amethod(*args: Any, **kwargs: Any) -> Any:
-                return await self._link.acall("method", self, name, args, kwargs)
-            return amethod
-        if name in kind.methods:
-            return lambda *args, **kwargs: self._link.call("method", self, name, args, kwargs)
-        if name in kind.properties:
-            return self._link.call("get", self, name)
-        raise AttributeError(f"a {kind.name} handle has no attribute {name!r} for inferlets")
+        raise AttributeError(f"a {self._kind.name} handle is opaque and has no attribute {name!r}; "
+                             "pass it to the pie_core.host functions that take one")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self._kind.name} handles are read-only")
@@ -65,10 +57,10 @@ class _Remote:
         return f"<{self._kind.name} handle {self._rid}>"
 
     def __copy__(self) -> Any:
-        return self._link.call("copy", self) if self._kind.copyable else self
+        return self
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self.__copy__()
+        return self
 
 
 class _Link:
@@ -93,7 +85,7 @@ class _Link:
         if kind is None:
             raise ProtocolError(f"the engine sent a handle of unknown kind {name!r}")
         if rid not in self._remotes:
-            self._remotes[rid] = _Remote(rid, kind, self)
+            self._remotes[rid] = _Remote(rid, kind)
         return self._remotes[rid]
 
     def read(self) -> Any:
