@@ -27,8 +27,8 @@ from typing import Any
 
 from decode import batcher_delta, batcher_snapshot, log, machine, report  # noqa: E402
 from inferlet import Adapter, Context, Model, Sampler, runtime, zo
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.runtime.instance import run_main
 
 GOAL = 0.85  # tok/s with 8 adapters over tok/s with none

@@ -40,8 +40,8 @@ from decode import PROMPTS, log, machine  # noqa: E402
 
 from inferlet import Context, JsonSchema, Model, Sampler, runtime  # noqa: E402
 from inferlet.constraints import ConstraintSet  # noqa: E402
-from pie_core.runtime.engine import Engine  # noqa: E402
-from pie_core.runtime.events import Event  # noqa: E402
+from pie_core.engine.engine import Engine  # noqa: E402
+from pie_core.engine.events import Event  # noqa: E402
 from pie_core.runtime.instance import run_main  # noqa: E402
 
 GOAL = 0.9

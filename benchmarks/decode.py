@@ -40,8 +40,8 @@ import numpy as np
 
 from inferlet import Context, Model, Sampler, runtime
 from pie_core import __version__ as pie_version
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.runtime.instance import run_main
 
 # Goals this benchmark is held to (engine / transformers fp32, same run).

@@ -53,10 +53,10 @@ import numpy as np
 
 from decode import batcher_delta, batcher_snapshot, log, machine, report  # noqa: E402
 from inferlet import Context, Model, Sampler, runtime
+from pie_core.engine.engine import Engine, LoadedModel
+from pie_core.engine.events import Event
 from pie_core.errors import OutOfPages
 from pie_core.hookspec import BackendOptions
-from pie_core.runtime.engine import Engine, LoadedModel
-from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_main
 from pie_core.scheduler.market import Holder, Market
 

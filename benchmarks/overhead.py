@@ -18,7 +18,7 @@ import asyncio
 import time
 
 from inferlet import Context, Model, Sampler, runtime
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
 from pie_core.runtime.instance import run_main
 
 

@@ -44,8 +44,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from decode import batcher_delta, batcher_snapshot, log, machine, report  # noqa: E402
 from inferlet import Context, Model, Sampler, runtime
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.runtime.instance import run_main
 
 GOAL_COPY_BATCH1 = 1.8  # system / none decode tok/s, copy workload, batch 1

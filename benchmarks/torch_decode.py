@@ -34,9 +34,9 @@ from typing import Any, Callable
 import numpy as np
 
 from decode import PROMPTS, Run, engine_batch1, engine_concurrent, log, machine, median_run  # noqa: E402
+from pie_core.engine.engine import Engine
 from pie_core.hookspec import BackendOptions
 from pie_core.models.registry import resolve_model
-from pie_core.runtime.engine import Engine
 
 GOAL_BATCH1_VS_LLAMA = 0.8
 GOAL_BATCHN_VS_HF_BF16 = 2.0

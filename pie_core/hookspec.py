@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 import pluggy
 
-from pie_core.host.values import ProbeKind, SamplerKind
+from pie_core.values import ProbeKind, SamplerKind
 from pie_core.models.spec import ModelSpec
 
 __all__ = [

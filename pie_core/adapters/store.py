@@ -35,7 +35,7 @@ class AdapterRecord:
     the adapter, so the prefix cache never mixes weights.
     """
 
-    model: Any  # pie_core.runtime.engine.LoadedModel
+    model: Any  # pie_core.engine.engine.LoadedModel
     user: str
     name: str
     id: int

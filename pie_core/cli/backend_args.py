@@ -33,7 +33,7 @@ class EngineOptions:
     host_pages: int | None = None
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`~pie_core.runtime.engine.Engine` (``host_pages`` only when set)."""
+        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` only when set)."""
         kwargs: dict[str, Any] = {"options": self.backend}
         if self.host_pages is not None:
             kwargs["host_pages"] = self.host_pages

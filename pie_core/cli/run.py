@@ -13,11 +13,11 @@ from typing import Any
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
 from pie_core.cli.progress import loading_bar
-from pie_core.errors import InvalidInput
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
+from pie_core.errors import InvalidInput, Unsupported
 from pie_core.host.binding import HostInstance
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
-from pie_core.runtime.instance import run_inferlet
+from pie_core.runtime.instance import equip_for_spawn, run_inferlet
 from pie_core.runtime.library import find_inferlet
 from pie_core.runtime.manifest import load_manifest, parse_cli_args
 
@@ -43,6 +43,9 @@ def register(sub: Any) -> None:
         "--file", action="append", default=[], metavar="PATH", help="queue a file for session.receive_file() (repeatable)"
     )
     p.add_argument("--output-dir", default="pie-output", help="where files the inferlet sends are written")
+    p.add_argument("--isolation", choices=["inprocess", "wasm"], default="inprocess",
+                   help="inprocess (default): the inferlet runs in this process; wasm: in the WebAssembly sandbox "
+                   "'pie serve' uses (pip install 'pie-engine[wasm]')")
     p.add_argument("--server", metavar="URL", help="run on a 'pie serve' server (ws://host:port) instead of locally")
     p.add_argument("--token", help="token for --server (default: $PIE_TOKEN)")
     p.set_defaults(handler=_run)
@@ -58,6 +61,11 @@ def _run(args: argparse.Namespace) -> int:
         final = run_remote(args.server, args.target, args.trailing, files, printer, args.token)
         return 0 if final.kind == "return" else 1
     options = engine_options(args)  # bad flags or config fail before anything loads
+    if args.isolation == "wasm":
+        from pie_core.runtime.wasm.build import toolchain_missing
+
+        if missing := toolchain_missing():
+            raise Unsupported(missing)
     manifest = load_manifest(find_inferlet(args.target))
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
@@ -67,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         engine.load(args.model, progress=progress)
     saver = _FileSaver(Path(args.output_dir), manifest.name)
     printer = _JsonlPrinter(saver) if args.events == "jsonl" else _TextPrinter(saver)
-    final = asyncio.run(_main(engine, manifest, given, printer, files))
+    final = asyncio.run(_main(engine, manifest, given, printer, files, args.isolation))
     return 0 if final.kind == "return" else 1
 
 
@@ -78,12 +86,17 @@ def _read_file(path: str) -> bytes:
         raise InvalidInput(f"--file {path}: {exc.strerror}") from None
 
 
-async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any, files: list[bytes]) -> Event:
-    inst = HostInstance(engine=engine, emit=printer)
+async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any, files: list[bytes],
+                isolation: str = "inprocess") -> Event:
+    inst = equip_for_spawn(HostInstance(engine=engine, emit=printer))  # spawn finds folders and examples by name
     for data in files:
         inst.files.put_nowait(data)
     _feed_stdin(inst, asyncio.get_running_loop())
     try:
+        if isolation == "wasm":
+            from pie_core.runtime.wasm.launcher import run_wasm
+
+            return await run_wasm(engine, manifest, given, inst)
         return await run_inferlet(engine, manifest, given, printer, instance=inst)
     finally:
         await engine.close()

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
 from pie_core.cli.progress import loading_bar
-from pie_core.errors import InvalidInput
+from pie_core.errors import InvalidInput, Unsupported
 
 __all__ = ["register", "is_loopback"]
 
@@ -36,10 +36,28 @@ def register(sub: Any) -> None:
     p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
     add_backend_arguments(p)
-    p.add_argument("--isolation", choices=["process", "inprocess"], default="process",
-                   help="run each inferlet in its own worker process with limits from config (default), "
-                   "or as a task in the server process (faster start, no containment)")
+    p.add_argument("--isolation", choices=["auto", "wasm", "process", "inprocess"], default="auto",
+                   help="wasm: each inferlet in a WebAssembly sandbox (no files but its scratch directory, no "
+                   "sockets, no processes); process: each in its own worker process; inprocess: a task in the "
+                   "server (no containment). Limits come from config. Default auto: wasm when its toolchain "
+                   "is installed (pip install 'pie-engine[wasm]'), else process")
     p.set_defaults(handler=_serve)
+
+
+def _isolation(choice: str) -> str:
+    """The runner ``--isolation`` names: ``auto`` is wasm where its toolchain is installed.
+
+    Raises:
+        Unsupported: ``wasm`` was asked for and cannot run here (the message says what to install).
+    """
+    from pie_core.runtime.wasm.build import toolchain_missing
+
+    missing = toolchain_missing()
+    if choice == "auto":
+        return "process" if missing else "wasm"
+    if choice == "wasm" and missing:
+        raise Unsupported(missing)
+    return choice
 
 
 def is_loopback(host: str) -> bool:
@@ -53,7 +71,7 @@ def is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pie_core.runtime.engine import Engine
+    from pie_core.engine.engine import Engine
     from pie_core.server import Authenticator, PieServer, ServerOptions
 
     if args.no_auth and not is_loopback(args.host):
@@ -68,6 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     quotas = Quotas.from_config()  # a bad [server.quotas] table stops us before the model loads
     engine_opts = engine_options(args)  # so do bad pool flags or [engine] keys
+    args.isolation = _isolation(args.isolation)  # and a runner that cannot run here
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy, **engine_opts.engine_kwargs())
@@ -75,16 +94,25 @@ def _serve(args: argparse.Namespace) -> int:
         engine.load(args.model, progress=progress)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
                             quotas=quotas)
-    from pie_core.server.isolation import ProcessLauncher, WorkerLimits
-    from pie_core.server.launcher import InProcessLauncher
+    from pie_core.runtime.process import ProcessLauncher, WorkerLimits
+    from pie_core.runtime.launcher import InProcessLauncher
 
-    launcher = ProcessLauncher(WorkerLimits.from_config()) if args.isolation == "process" else InProcessLauncher()
+    limits = WorkerLimits.from_config()
+    if args.isolation == "wasm":
+        from pie_core.runtime.wasm.host import GuestLimits
+        from pie_core.runtime.wasm.launcher import WasmLauncher
+
+        launcher: Any = WasmLauncher(GuestLimits(wall_s=limits.wall_s, memory_mb=limits.memory_mb))
+    else:
+        launcher = ProcessLauncher(limits) if args.isolation == "process" else InProcessLauncher()
     server = PieServer(engine, options, auth=auth, console=console, launcher=launcher)
 
     async def run() -> None:
         await server.start()
         if isinstance(launcher, ProcessLauncher):
             launcher.warm_up()  # the zygote imports Pie while the server waits for its first client
+        elif args.isolation == "wasm":
+            await launcher.host()  # build (first time only) and compile the component before taking clients
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
                     f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pie_core.client.client import connect
+from pie_core.engine.events import Event
 from pie_core.errors import NotFound
-from pie_core.runtime.events import Event
 from pie_core.runtime.library import find_inferlet
 from pie_core.runtime.manifest import Manifest, load_manifest, parse_cli_args
 

@@ -9,23 +9,31 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
+from pie_core.engine.events import Event
 from pie_core.errors import PieError
 
 if TYPE_CHECKING:
-    from pie_core.runtime.engine import Engine
-    from pie_core.runtime.events import Event
-    from pie_core.runtime.manifest import Manifest
+    from pie_core.engine.engine import Engine
 
-__all__ = ["HostInstance", "SpawnBudget", "current", "emitting", "bind", "unbind", "off_loop", "is_off_loop", "run_off_loop",
-           "ready_first", "is_ready_first"]
+__all__ = ["HostInstance", "SpawnBudget", "ProgramResolver", "ChildRunner", "current", "emitting", "bind", "unbind",
+           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
 
 _off_loop_pool: ThreadPoolExecutor | None = None
 _off_loop_lock = threading.Lock()
+
+ProgramResolver = Callable[[str], Any]
+"""``resolve(name)`` for ``runtime.spawn``: ``name`` or ``name@version`` to the program the
+runner runs (Pie's runners use a ``Manifest``; the host only hands it to a :data:`ChildRunner`).
+Raises ``NotFound`` or ``InvalidInput`` with the reason the name cannot be spawned."""
+
+ChildRunner = Callable[[Any, dict[str, Any], "HostInstance"], Awaitable[Event]]
+"""``await run(program, args, child)`` runs a spawned child to its end: it emits the child's
+events through ``child.emit`` and returns its terminal event (``return`` or ``error``)."""
 
 
 @dataclass(eq=False)
@@ -48,9 +56,11 @@ class SpawnBudget:
 class HostInstance:
     """Per-instance state the host API needs: who runs, where events go, what it holds.
 
-    Under ``pie serve``, ``resolve_program`` maps a program name to its manifest exactly as a
-    launch by this user does (``runtime.spawn`` takes names only then); ``None`` (``pie run``)
-    keeps the folder and example lookup. Spawned children inherit it and ``spawns``.
+    ``runtime.spawn`` needs ``resolve_program`` and ``run_child``; the host imports no runner,
+    so whoever creates or runs the instance sets them. ``pie serve`` resolves names exactly as
+    a launch by this user does (names only, never paths); where the creator leaves them
+    ``None``, the runner fills in its own (``pie run``: folders and examples by name, children
+    run in-process). Spawned children inherit both, and ``spawns``.
     """
 
     engine: Engine
@@ -61,7 +71,8 @@ class HostInstance:
     inbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     files: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
     scratch_root: Path | None = None  # per-user scratch dirs live under it (server only)
-    resolve_program: Callable[[str], Manifest] | None = None
+    resolve_program: ProgramResolver | None = None
+    run_child: ChildRunner | None = None
     spawns: SpawnBudget = field(default_factory=SpawnBudget)
     depth: int = 0  # how many runtime.spawn calls deep this instance runs
 

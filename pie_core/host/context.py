@@ -7,6 +7,7 @@ import threading
 import uuid
 from typing import Any
 
+from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, PieError
 from pie_core.hookspec import CopyKind
 from pie_core.host.binding import HostInstance, current
@@ -14,7 +15,6 @@ from pie_core.host.model import resolve
 from pie_core.host.scheduling import wallet
 from pie_core.kv.context import KvContext
 from pie_core.kv.snapshots import Snapshot
-from pie_core.runtime.engine import LoadedModel
 from pie_core.scheduler.market import DEFAULT_REMAINING, default_bid
 from pie_core.speculation.ngram import NgramDrafter
 

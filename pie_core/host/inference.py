@@ -8,13 +8,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from pie_core import brle
+from pie_core.adapters.store import AdapterRecord, AdapterStore
+from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities
-from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.context import HostContext
-from pie_core.host.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
-from pie_core.runtime.engine import LoadedModel
+from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.scheduler.passes import Pass, Tag, run_pass
 
 __all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
@@ -58,7 +58,7 @@ async def forward(
 
     Returns:
         Tokens per sample and values per probe, in the given order, as plain Python values
-        (see :class:`~pie_core.host.values.RequestOutput`).
+        (see :class:`~pie_core.values.RequestOutput`).
 
     Raises:
         InvalidInput: Any argument out of range; the message names it. Nothing is written.

@@ -6,9 +6,9 @@ the user's quotas (``server.quotas.*`` under ``pie serve``; defaults under ``pie
 
 from __future__ import annotations
 
+from pie_core.engine.broker import Subscription
 from pie_core.errors import InvalidInput
 from pie_core.host.binding import current
-from pie_core.runtime.broker import Subscription
 
 __all__ = ["broadcast", "subscribe", "unsubscribe", "next_message", "push", "pull", "subscription_topic",
            "subscription_closed", "Subscription"]

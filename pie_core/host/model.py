@@ -9,9 +9,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pie_core.engine.engine import LoadedModel
 from pie_core.host.binding import current
 from pie_core.models.chat_formats.base import ChatBuilder
-from pie_core.runtime.engine import LoadedModel
 
 __all__ = [
     "resolve",

@@ -5,16 +5,10 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any
 
-from pie_core.errors import InvalidInput, NotFound, PieError
-from pie_core.host.binding import HostInstance, current
-
-if TYPE_CHECKING:
-    from pie_core.runtime.events import Event
-    from pie_core.runtime.manifest import Manifest
-
-ChildRunner = Callable[["Manifest", dict[str, Any], HostInstance], Awaitable["Event"]]
+from pie_core.errors import InvalidInput, PieError
+from pie_core.host.binding import ChildRunner, HostInstance, current
 
 __all__ = ["models", "version", "instance_id", "username", "spawn", "scratch_dir", "scratch_path"]
 
@@ -52,21 +46,17 @@ async def spawn(name: str, args: dict[str, Any] | None = None) -> Any:
         NotFound: No such inferlet, or the version differs.
         InvalidInput: ``args`` do not fit its manifest, ``name`` is a path under ``pie serve``,
             or the spawn would pass the depth or running-children limit.
-        PieError: The child failed; the message carries its error.
+        PieError: The child failed (the message carries its error), or the instance's runner
+            gave it no way to spawn.
     """
-    from pie_core.runtime.instance import run_inferlet
-
-    async def in_process(manifest: Manifest, child_args: dict[str, Any], child: HostInstance) -> Event:
-        return await run_inferlet(child.engine, manifest, child_args, child.emit, instance=child)
-
-    return await spawn_child(name, args, runner=in_process)
+    return await spawn_child(name, args)
 
 
-async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: ChildRunner) -> Any:
-    """:func:`spawn` with the child run by ``await runner(manifest, args, child_instance)``,
-    which must emit the child's events through ``child_instance.emit`` and return its terminal
-    event. An engine-side seam for launchers (process isolation runs the child in a worker of
-    its own); not part of the inferlet API.
+async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: ChildRunner | None = None) -> Any:
+    """:func:`spawn` with the child run by ``await runner(program, args, child_instance)``
+    (default: the instance's ``run_child``), which must emit the child's events through
+    ``child_instance.emit`` and return its terminal event. An engine-side seam for launchers
+    (process isolation runs the child in a worker of its own); not part of the inferlet API.
 
     Raises:
         As :func:`spawn`.
@@ -83,34 +73,23 @@ async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: 
     if budget.processes and budget.running >= budget.processes:
         raise InvalidInput(f"user {parent.username} already runs {budget.running} spawned inferlets, the most allowed at once "
                            "(quota processes); await one before spawning another")
-    manifest = _resolve(parent, name)
+    run = runner or parent.run_child
+    if run is None or parent.resolve_program is None:
+        raise PieError("this inferlet's runner gave it no way to spawn (its HostInstance has no resolve_program or "
+                       "run_child); run it with pie run or pie serve, or set both where the instance is created")
+    program = parent.resolve_program(name)
     forward = lambda event: None if event.is_terminal else parent.emit(event)  # noqa: E731
     child = HostInstance(engine=parent.engine, emit=forward, username=parent.username, scratch_root=parent.scratch_root,
-                         resolve_program=parent.resolve_program, spawns=budget, depth=parent.depth + 1)
+                         resolve_program=parent.resolve_program, run_child=parent.run_child, spawns=budget,
+                         depth=parent.depth + 1)
     budget.running += 1  # no await since the check above: the count cannot be raced
     try:
-        final = await runner(manifest, dict(args or {}), child)
+        final = await run(program, dict(args or {}), child)
     finally:  # returned, failed or cancelled: the child no longer runs
         budget.running -= 1
     if final.kind == "error":
         raise PieError(f"spawned inferlet {name} failed: {final.value}")
     return final.value
-
-
-def _resolve(parent: HostInstance, name: str) -> Manifest:
-    if parent.resolve_program is not None:
-        if re.search(r"[/\\~]|^\.", name):  # the same answer whether or not such a path exists
-            raise InvalidInput(f"runtime.spawn takes a program name ('name' or 'name@version') under pie serve, "
-                               f"not a path: {name!r}; install the program first and spawn it by name")
-        return parent.resolve_program(name)
-    from pie_core.runtime.library import find_inferlet
-    from pie_core.runtime.manifest import load_manifest
-
-    base, _, version = name.partition("@")
-    manifest = load_manifest(find_inferlet(base))
-    if version and version != manifest.version:
-        raise NotFound(f"{base} is installed at version {manifest.version}, not {version}")
-    return manifest
 
 
 def scratch_dir() -> str:

@@ -16,7 +16,7 @@ from pie_core.scheduler.credits import PRICE, Wallet
 
 if TYPE_CHECKING:
     from pie_core.host.context import HostContext
-    from pie_core.runtime.engine import LoadedModel
+    from pie_core.engine.engine import LoadedModel
 
 __all__ = [
     "balance",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pie_core.engine.events import Event
 from pie_core.host.binding import current
-from pie_core.runtime.events import Event
 
 __all__ = ["send", "send_file", "receive", "receive_file", "write_stderr"]
 

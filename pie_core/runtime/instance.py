@@ -11,14 +11,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Awaitable, Callable
 
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.errors import InvalidInput
 from pie_core.host.binding import HostInstance, bind, unbind
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
 from pie_core.runtime.stdio import flush_stdout, install_stdio_router
 
-__all__ = ["load_entry", "run_inferlet", "run_main"]
+__all__ = ["load_entry", "run_inferlet", "run_main", "run_child", "equip_for_spawn"]
 
 
 def load_entry(manifest: Manifest) -> Callable[[dict[str, Any]], Any]:
@@ -82,7 +83,7 @@ async def run_main(
     ``print()``/``sys.stdout`` writes from the inferlet's task become Stdout events (one per
     line, see :mod:`pie_core.runtime.stdio`) and ``sys.stderr`` writes Stderr events. Pass
     ``instance`` to pre-load its inbox or file queue (``emit`` and ``username`` are then
-    taken from it).
+    taken from it); what it leaves unset for ``runtime.spawn`` gets :func:`equip_for_spawn`'s.
 
     Every page and resource the instance held is released before this returns, whether
     ``main`` returned, raised, or was cancelled (cancellation emits an error, then re-raises).
@@ -90,7 +91,7 @@ async def run_main(
     Returns:
         The terminal event (also emitted).
     """
-    inst = instance or HostInstance(engine=engine, emit=emit, username=username)
+    inst = equip_for_spawn(instance or HostInstance(engine=engine, emit=emit, username=username))
     emit = inst.emit
     install_stdio_router()
     token = bind(inst)
@@ -109,6 +110,23 @@ async def run_main(
     finally:
         inst.release_all()
         unbind(token)
+
+
+async def run_child(manifest: Manifest, args: dict[str, Any], child: HostInstance) -> Event:
+    """The in-process :data:`~pie_core.host.binding.ChildRunner`: a spawned child runs as a
+    task of this process, like its parent."""
+    return await run_inferlet(child.engine, manifest, args, child.emit, instance=child)
+
+
+def equip_for_spawn(instance: HostInstance) -> HostInstance:
+    """Give ``instance`` ``pie run``'s spawning where its creator set none: names resolve to
+    folders and examples (:func:`~pie_core.runtime.library.find_program`) and children run
+    in-process (:func:`run_child`). The server sets its own resolver (names only). Returns it."""
+    if instance.resolve_program is None:
+        instance.resolve_program = find_program
+    if instance.run_child is None:
+        instance.run_child = run_child
+    return instance
 
 
 def _jsonable(value: Any) -> Any:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pie_core
 from pie_core.errors import NotFound
+from pie_core.runtime.manifest import Manifest, load_manifest
 
-__all__ = ["example_dirs", "find_inferlet"]
+__all__ = ["example_dirs", "find_inferlet", "find_program"]
 
 
 def example_dirs() -> list[Path]:
@@ -30,3 +31,17 @@ def find_inferlet(target: str) -> Path:
             return root / target
     names = sorted({p.parent.name for root in example_dirs() if root.is_dir() for p in root.glob("*/Pie.toml")})
     raise NotFound(f"{target!r} is not an inferlet folder or example; examples: {', '.join(names) or 'none'}")
+
+
+def find_program(ref: str) -> Manifest:
+    """The manifest of a folder or example named ``ref`` (``name`` or ``name@version``): how
+    ``runtime.spawn`` resolves names under ``pie run``.
+
+    Raises:
+        NotFound: No such inferlet (lists the examples), or it is at another version.
+    """
+    base, _, version = ref.partition("@")
+    manifest = load_manifest(find_inferlet(base))
+    if version and version != manifest.version:
+        raise NotFound(f"{base} is installed at version {manifest.version}, not {version}")
+    return manifest

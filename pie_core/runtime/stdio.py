@@ -4,7 +4,7 @@ that inferlet's Stdout and Stderr events; writes from any other task or thread g
 Stdout is line-buffered per instance: one Stdout event per complete line (its ``\\n``
 included), a partial line on ``flush()`` or when the inferlet ends (:func:`flush_stdout`), and
 at most 64 KiB of text per event. Stderr sends each write as one Stderr event. Isolated workers
-do the same (:mod:`pie_core.server.isolation.worker`).
+do the same (:mod:`pie_core.runtime.process.worker`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 import weakref
 from typing import Any, TextIO
 
+from pie_core.engine.events import Event
 from pie_core.host.binding import HostInstance, _current, emitting
-from pie_core.runtime.events import Event
 
 __all__ = ["install_stdio_router", "flush_stdout"]
 

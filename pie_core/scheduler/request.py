@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pie_core.host.values import ProbeSpec, RequestOutput, SampleSpec
+from pie_core.values import ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["SampleSpec", "ProbeSpec", "ForwardRequest", "RequestOutput"]
 

@@ -17,13 +17,13 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from pie_core.config import config_home
+from pie_core.engine.engine import Engine
 from pie_core.errors import PieError
-from pie_core.runtime.engine import Engine
+from pie_core.runtime.launcher import InProcessLauncher, Launcher
 from pie_core.server import openai
 from pie_core.server.auth import AuthError, Authenticator
 from pie_core.server.connection import ClientSession
 from pie_core.server.http import MAX_BODY, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
-from pie_core.server.launcher import InProcessLauncher, Launcher
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
 from pie_core.server.quotas import ConnectionCounts, Quotas

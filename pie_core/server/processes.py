@@ -17,6 +17,8 @@ process leaves the table once its last event is delivered (or, if detached, afte
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import time
 import uuid
 from collections import deque
@@ -24,17 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.errors import InvalidInput, NotFound
 from pie_core.host.binding import HostInstance, SpawnBudget
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.runtime.launcher import Launcher
 from pie_core.runtime.manifest import Manifest
-from pie_core.server.launcher import Launcher
 from pie_core.server.mcp_relay import ConnectionRelay
 from pie_core.server.protocol import event_frame
 from pie_core.server.quotas import Quotas, ScratchSizes
 
 __all__ = ["Sink", "Process", "ProcessTable"]
+
+
+def _spawnable(resolve: Callable[[str, str], Manifest], user: str, ref: str) -> Manifest:
+    """``runtime.spawn``'s lookup under ``pie serve``: ``ref`` as ``user``'s own launch resolves
+    it, never a path (refused alike whether or not the path exists)."""
+    if re.search(r"[/\\~]|^\.", ref):
+        raise InvalidInput(f"runtime.spawn takes a program name ('name' or 'name@version') under pie serve, "
+                           f"not a path: {ref!r}; install the program first and spawn it by name")
+    return resolve(user, ref)
 
 
 class Sink(Protocol):
@@ -134,10 +145,9 @@ class ProcessTable:
         proc = Process(pid, user, f"{manifest.name}@{manifest.version}", instance=None)  # type: ignore[arg-type]
         spawns = self._spawns.setdefault(user, SpawnBudget())
         spawns.processes, spawns.spawn_depth = quotas.processes, quotas.spawn_depth
-        resolve = self.resolve
+        resolve = None if self.resolve is None else functools.partial(_spawnable, self.resolve, user)
         proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid,
-                                     scratch_root=self.scratch_root, spawns=spawns,
-                                     resolve_program=None if resolve is None else lambda ref: resolve(user, ref))
+                                     scratch_root=self.scratch_root, spawns=spawns, resolve_program=resolve)
         inbox = InboxBytes(quotas.inbox_bytes)
         proc.instance.inbox, proc.instance.files = MeteredQueue(inbox), MeteredQueue(inbox)
         self._procs[pid] = proc

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from pie_core.engine.broker import MessagingLimits
 from pie_core.errors import InvalidInput
-from pie_core.runtime.broker import MessagingLimits
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT
 
 __all__ = ["Quotas", "ConnectionCounts", "ScratchSizes", "DEFAULT_PAGE_SHARE", "DEFAULT_CREDITS"]

@@ -1,5 +1,5 @@
 """The host contract: ``wit/`` (WIT package ``pie:inferlet``) declares exactly the host API of
-:mod:`pie_core.server.isolation.host_api`, with the same names, parameters and types.
+:mod:`pie_core.runtime.host_api`, with the same names, parameters and types.
 
 ``wit/`` is the source of truth. When this test fails, change ``wit/`` first, then
 ``pie_core/host`` to match it, then the SDK (``inferlet/``).
@@ -34,8 +34,8 @@ from typing import Any, Callable
 import pytest
 
 from pie_core.host.context import HostContext
+from pie_core.runtime import host_api
 from pie_core.runtime.wasm.build import RESOURCES, WIT_DIR
-from pie_core.server.isolation import host_api
 
 FIX = "Change wit/ first, then pie_core/host to match it, then the SDK (inferlet/)."
 

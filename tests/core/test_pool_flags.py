@@ -12,7 +12,7 @@ import pytest
 
 from pie_core.cli import run as run_cli
 from pie_core.cli.main import main
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
 
 _ENGINE_TAKES_HOST_PAGES = "host_pages" in inspect.signature(Engine).parameters
 

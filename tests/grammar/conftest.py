@@ -8,8 +8,8 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.runtime.instance import run_main
 
 Main = Callable[[Any], Awaitable[Any]]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from pie_core.engine.events import Event
 from pie_core.host.binding import HostInstance
-from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_inferlet, run_main
 from pie_core.runtime.manifest import load_manifest
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from mcp_harness import fixture_entry, write_servers
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
 
 
 @pytest.fixture

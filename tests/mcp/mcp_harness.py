@@ -8,9 +8,9 @@ from typing import Any, Awaitable, Callable
 
 import tomlkit
 
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.host.binding import HostInstance
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_main
 
 FIXTURE_SERVER = Path(__file__).with_name("fixture_server.py")

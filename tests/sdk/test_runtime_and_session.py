@@ -2,7 +2,10 @@ from pathlib import Path
 
 import asyncio
 
+import pytest
+
 from inferlet import Model, runtime, session
+from pie_core.errors import PieError
 from pie_core.runtime.manifest import load_manifest
 from pie_core.runtime.instance import run_inferlet
 
@@ -87,3 +90,41 @@ def test_spawn_failures_are_clear(dummy):
     assert final.kind == "error" and "not 9.9.9" in final.value
     final, _ = dummy.run(bad_args)
     assert final.kind == "error" and "unknown parameter 'nmae'" in final.value
+
+
+def test_spawn_resolves_and_runs_children_with_what_the_instance_was_given(dummy):
+    from pie_core.engine.events import Event
+    from pie_core.host.binding import HostInstance
+    from pie_core.runtime.instance import run_main
+
+    asked, ran = [], []
+
+    def resolve(name):
+        asked.append(name)
+        return f"program:{name}"
+
+    async def run_child(program, args, child):
+        ran.append((program, args, child.depth, child.run_child is run_child, child.resolve_program is resolve))
+        return Event("return", "from the injected runner")
+
+    async def main(_):
+        return await runtime.spawn("anything", {"k": 1})
+
+    inst = HostInstance(engine=dummy.engine, emit=lambda e: None, resolve_program=resolve, run_child=run_child)
+    final = asyncio.run(run_main(dummy.engine, main, {}, inst.emit, instance=inst))
+    assert (final.kind, final.value) == ("return", "from the injected runner")
+    assert asked == ["anything"] and ran == [("program:anything", {"k": 1}, 1, True, True)]
+
+
+def test_spawn_without_a_resolver_or_runner_says_what_is_missing(dummy):
+    from pie_core.host.binding import HostInstance, bind, unbind
+
+    async def spawn_unequipped():
+        token = bind(HostInstance(engine=dummy.engine, emit=lambda e: None))
+        try:
+            return await runtime.spawn("hello-world")
+        finally:
+            unbind(token)
+
+    with pytest.raises(PieError, match="no resolve_program or run_child"):
+        asyncio.run(spawn_unequipped())

@@ -18,10 +18,10 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from hostile import TOKENS, Served, limits_for_test
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
+from pie_core.runtime.process import ProcessLauncher
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
-from pie_core.server.isolation import ProcessLauncher
 
 
 @pytest.fixture(scope="session")

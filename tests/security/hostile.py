@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pie_core.client import connect
-from pie_core.server.isolation import WorkerLimits
+from pie_core.runtime.process import WorkerLimits
 
 PROBE = Path(__file__).resolve().parents[1] / "server" / "inferlets" / "probe"
 TOKENS = {"alice": "alice-token-123", "mallory": "mallory-token-666"}

@@ -13,7 +13,7 @@ import pytest
 from hostile import victim_is_served
 from websockets.sync.client import connect as sync_connect
 
-from pie_core.server.launcher import InProcessLauncher
+from pie_core.runtime.launcher import InProcessLauncher
 
 
 @pytest.mark.parametrize("kind", ["ping", "list_programs"])

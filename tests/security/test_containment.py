@@ -12,7 +12,7 @@ import pytest
 
 from hostile import Served, victim_is_served, write_program
 from pie_core.client import connect
-from pie_core.server.isolation import seccomp
+from pie_core.runtime.process import seccomp
 
 pytestmark = pytest.mark.skipif(not seccomp.available(), reason="the kernel has no seccomp")
 
@@ -168,7 +168,7 @@ async def main(input):
 
 
 def test_workers_run_below_the_servers_cpu_priority(hostile, tmp_path: Path) -> None:
-    from pie_core.server.isolation.sandbox import WORKER_NICE
+    from pie_core.runtime.process.sandbox import WORKER_NICE
 
     async def scenario(s: Served) -> None:
         async with await connect(s.url, s.tokens["mallory"]) as mallory:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from hostile import victim_is_served
 
+from pie_core.runtime.launcher import InProcessLauncher
 from pie_core.server import http, openai
-from pie_core.server.launcher import InProcessLauncher
 
 CHAT = "/v1/chat/completions"
 MSG = [{"role": "user", "content": "hi"}]

@@ -11,7 +11,7 @@ import pytest
 from hostile import PROBE, Served, victim_is_served, write_program
 
 from pie_core.client import ServerError, connect, pack_program
-from pie_core.server.launcher import InProcessLauncher
+from pie_core.runtime.launcher import InProcessLauncher
 
 
 async def _send(client, archive: bytes) -> dict:

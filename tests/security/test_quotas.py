@@ -19,8 +19,8 @@ from hostile import PROBE, Served, victim_is_served, write_program
 from pie_core.client import connect
 from pie_core.client.client import ServerError
 from pie_core.errors import InvalidInput
+from pie_core.runtime.launcher import InProcessLauncher
 from pie_core.server import app as app_module
-from pie_core.server.launcher import InProcessLauncher
 from pie_core.server.quotas import Quotas
 
 HOG_SNAPSHOTS = """

@@ -21,9 +21,9 @@ from pie_core.grammar.source import GrammarSource
 from pie_core.hookspec import ProbeKind, SamplerKind
 from pie_core.mcp.errors import McpError
 from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
+from pie_core.runtime import host_api
+from pie_core.runtime.process.wire import DTYPES, HEADER, MAX_DEPTH, MAX_FRAME, Codec, ProtocolError
 from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
-from pie_core.server.isolation import host_api
-from pie_core.server.isolation.wire import DTYPES, HEADER, MAX_DEPTH, MAX_FRAME, Codec, ProtocolError
 
 
 class _Handle:

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
 

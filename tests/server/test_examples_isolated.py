@@ -13,9 +13,9 @@ from conftest import TOKENS
 from mcp.server.mcpserver import MCPServer
 
 from pie_core.client import connect
+from pie_core.runtime.process import ProcessLauncher, WorkerLimits
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
-from pie_core.server.isolation import ProcessLauncher, WorkerLimits
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())

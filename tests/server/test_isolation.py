@@ -12,12 +12,12 @@ from conftest import PROBE, TOKENS, Served
 from server_helpers import wait_until
 
 from pie_core.client import connect
-from pie_core.server import Authenticator, PieServer, ServerOptions
-from pie_core.server.auth import User, hash_token
 from pie_core.errors import InvalidInput
 from pie_core.host import runtime as host_runtime
 from pie_core.host.binding import HostInstance, bind, unbind
-from pie_core.server.isolation import ProcessLauncher, WorkerLimits
+from pie_core.runtime.process import ProcessLauncher, WorkerLimits
+from pie_core.server import Authenticator, PieServer, ServerOptions
+from pie_core.server.auth import User, hash_token
 
 BAD = '''
 import os

@@ -9,7 +9,7 @@ import pytest
 from test_isolation import _launcher, served  # noqa: F401  # ``served`` is a fixture
 
 from pie_core.client import connect
-from pie_core.server.isolation import landlock
+from pie_core.runtime.process import landlock
 
 FS = Path(__file__).parent / "inferlets" / "iso_fs"
 ABI = landlock.abi_version()
@@ -50,7 +50,7 @@ def test_confinement_is_inherited_by_what_the_worker_starts(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("secret")
     code = ("import subprocess, sys\n"
-            "from pie_core.server.isolation import landlock, sandbox\n"
+            "from pie_core.runtime.process import landlock, sandbox\n"
             "from pathlib import Path\n"
             f"assert landlock.confine(sandbox.readable_roots(Path({str(tmp_path / 'prog')!r})), []) == {ABI}\n"
             f"r = subprocess.run(['cat', {str(secret)!r}], capture_output=True)\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 from test_isolation import _launcher, served  # noqa: F401  # ``served`` is a fixture
 
 from pie_core.client import connect
-from pie_core.server.isolation import spawner
+from pie_core.runtime.process import spawner
 
 CHILD = Path(__file__).parent / "inferlets" / "iso_child"
 

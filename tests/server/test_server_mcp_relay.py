@@ -18,9 +18,9 @@ from server_helpers import raw_connect, raw_request, wait_until
 
 from pie_core.client import ProcessFailed, ServerError, connect, connect_sync
 from pie_core.mcp import McpError
+from pie_core.runtime.process import ProcessLauncher, WorkerLimits
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
-from pie_core.server.isolation import ProcessLauncher, WorkerLimits
 
 MCP_PROBE = Path(__file__).parent / "inferlets" / "mcp-probe"
 FIXTURE_SERVER = Path(__file__).parents[1] / "mcp" / "fixture_server.py"

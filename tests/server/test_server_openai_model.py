@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pie_core.runtime.engine import Engine
+from pie_core.engine.engine import Engine
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
 

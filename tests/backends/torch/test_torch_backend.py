@@ -14,9 +14,9 @@ from pie_backend_torch import options as options_module
 from pie_backend_torch.linear import ByBatchSize, Int8Dynamic
 from pie_backend_torch.options import resolve_options
 from pie_backend_torch.kv_cache import page_bytes
+from pie_core.engine.engine import default_backend_name
 from pie_core.hookspec import CONTRACT_VERSION, BackendOptions, CopyKind, ProbeKind
 from pie_core.plugins import available_backends, bind_plugin
-from pie_core.runtime.engine import default_backend_name
 from pie_core.scheduler.request import ProbeSpec
 from torch_testkit import load_torch
 

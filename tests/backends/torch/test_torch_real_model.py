@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from inferlet import Context, Logits, Model, Sampler, runtime
+from pie_core.engine.engine import Engine
 from pie_core.hookspec import BackendOptions
-from pie_core.runtime.engine import Engine
 from pie_core.runtime.instance import run_main
 
 pytestmark = pytest.mark.model

@@ -1,7 +1,7 @@
 """Worker process entry: runs one inferlet with ``pie_core.host`` calls forwarded to the engine.
 
-Forked from the zygote (:mod:`pie_core.server.isolation.zygote`), or started on its own as
-``python -P -c "from pie_core.server.isolation.worker import main; main()"``; fd 0 carries
+Forked from the zygote (:mod:`pie_core.runtime.process.zygote`), or started on its own as
+``python -P -c "from pie_core.runtime.process.worker import main; main()"``; fd 0 carries
 engine frames and the original fd 1 worker frames (:mod:`.wire`). Once the worker has started,
 fds 1 and 2 point at ``/dev/null``: nothing the inferlet writes to them (``os.write``, C
 extensions) reaches the server's log. ``print()``/``sys.stdout`` become the client's Stdout
@@ -27,9 +27,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from pie_core.server.isolation import host_api, sandbox
-from pie_core.server.isolation.host_api import HOST_MODULES
-from pie_core.server.isolation.wire import HEADER, Codec, ProtocolError, check_frame_size
+from pie_core.runtime import host_api
+from pie_core.runtime.host_api import HOST_MODULES
+from pie_core.runtime.process import sandbox
+from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_frame_size
 
 __all__ = ["main", "preload", "HOST_MODULES"]
 
@@ -255,7 +256,7 @@ def preload() -> None:
 async def _run(link: _Link) -> None:
     from pie_core.runtime.instance import _describe, _jsonable, load_entry
     from pie_core.runtime.manifest import Manifest
-    from pie_core.server.isolation.limits import WorkerLimits
+    from pie_core.runtime.process.limits import WorkerLimits
 
     first = link.read()
     manifest = Manifest(name=first["name"], version="", description="", entry=first["entry"], root=Path(first["root"]))

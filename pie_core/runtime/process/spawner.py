@@ -26,8 +26,8 @@ log = logging.getLogger("pie.server")
 _KEEP = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "PYTHONIOENCODING",
          "VIRTUAL_ENV", "LD_LIBRARY_PATH"}
 _ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fork-safe, CPU-limited
-_WORKER_MAIN = "from pie_core.server.isolation.worker import main; main()"
-_ZYGOTE_MAIN = "from pie_core.server.isolation.zygote import main; main()"
+_WORKER_MAIN = "from pie_core.runtime.process.worker import main; main()"
+_ZYGOTE_MAIN = "from pie_core.runtime.process.zygote import main; main()"
 
 
 def worker_env() -> dict[str, str]:

@@ -11,15 +11,15 @@ from typing import Any, Callable
 import pluggy
 
 from pie_core import __version__
+from pie_core.adapters.store import AdapterStore
+from pie_core.engine.broker import Broker
 from pie_core.errors import NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
-from pie_core.kv.host_pool import HostPool
 from pie_core.kv.context import KvContext
+from pie_core.kv.host_pool import HostPool
 from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
-from pie_core.adapters.store import AdapterStore
 from pie_core.mcp.registry import McpRegistry
-from pie_core.runtime.broker import Broker
 from pie_core.plugins import available_backends, bind_backend
 from pie_core.scheduler.batcher import Batcher
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT, Ledger

@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pie_core.server.isolation import landlock, seccomp
-from pie_core.server.isolation.limits import WorkerLimits, apply_rlimits
+from pie_core.runtime.process import landlock, seccomp
+from pie_core.runtime.process.limits import WorkerLimits, apply_rlimits
 
 __all__ = ["enter", "readable_roots"]
 

@@ -1,7 +1,7 @@
 """The zygote: a process that imports Pie and the SDK once, then forks a fresh worker per launch.
 
-Started by :class:`pie_core.server.isolation.spawner.Zygote` as
-``python -P -c "from pie_core.server.isolation.zygote import main; main()"`` in its own session,
+Started by :class:`pie_core.runtime.process.spawner.Zygote` as
+``python -P -c "from pie_core.runtime.process.zygote import main; main()"`` in its own session,
 from a fresh interpreter (it shares nothing with the server but the environment it was given).
 
 Its stdin is a ``SOCK_SEQPACKET`` Unix socket: each request is the message ``fork <id>`` with
@@ -26,7 +26,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 
-from pie_core.server.isolation import seccomp
+from pie_core.runtime.process import seccomp
 
 __all__ = ["main"]
 
@@ -46,7 +46,7 @@ def _say(line: str) -> None:
 
 
 def main() -> None:
-    from pie_core.server.isolation.worker import preload
+    from pie_core.runtime.process.worker import preload
 
     preload()
     if not seccomp.available():
@@ -126,7 +126,7 @@ def _become_worker(rfd: int, wfd: int, sync_r: int, sync_w: int, own: _Own) -> N
     os.close(wfd)
     if "numpy.random" in sys.modules:  # ``random`` reseeds itself after fork; numpy's global state does not
         sys.modules["numpy.random"].seed()
-    from pie_core.server.isolation.worker import main as worker_main
+    from pie_core.runtime.process.worker import main as worker_main
 
     worker_main()
 

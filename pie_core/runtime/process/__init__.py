@@ -1,6 +1,6 @@
 """Process isolation for server inferlets: one worker process per inferlet (docs/server.md)."""
 
-from pie_core.server.isolation.launcher import ProcessLauncher
-from pie_core.server.isolation.limits import WorkerLimits
+from pie_core.runtime.process.launcher import ProcessLauncher
+from pie_core.runtime.process.limits import WorkerLimits
 
 __all__ = ["ProcessLauncher", "WorkerLimits"]

@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import signal
 from typing import Any, Awaitable, Callable
 
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.errors import PieError
 from pie_core.host import runtime as host_runtime
-from pie_core.host.binding import HostInstance, bind, is_off_loop, is_ready_first, run_off_loop, unbind
-from pie_core.host.grammar import MatcherHandle
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
+from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.runtime import host_api
 from pie_core.runtime.instance import _jsonable
+from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
-from pie_core.server.isolation import host_api
-from pie_core.server.isolation.limits import WorkerLimits
-from pie_core.server.isolation.spawner import Spawner, WorkerProcess
-from pie_core.server.isolation.wire import HEADER, Codec, ProtocolError, check_frame_size
+from pie_core.runtime.process.limits import WorkerLimits
+from pie_core.runtime.process.spawner import Spawner, WorkerProcess
+from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_frame_size
 
 __all__ = ["ProcessLauncher", "MAX_CALLS", "MAX_HANDLES"]
 
@@ -68,6 +67,8 @@ class ProcessLauncher:
         await self.spawner.aclose()
 
     async def _run(self, manifest: Manifest, args: dict[str, Any], inst: HostInstance) -> Event:
+        if inst.resolve_program is None:  # no resolver from the server: spawn finds folders and examples by name
+            inst.resolve_program = find_program
         token = bind(inst)
         started: list[WorkerProcess] = []
         final = Event("error", "cancelled")
@@ -230,19 +231,7 @@ class _Session:
         this worker (:class:`_HandleTable`)."""
         fn = _declared(lambda: host_api.host_function(module, name))
         args, kwargs = _arguments(args, kwargs)
-        what = f"pie_core.host.{module}.{name}"
-        if (module, name) == ("runtime", "spawn"):
-            def spawn() -> Any:
-                host_api.check_arguments(fn, what, args, kwargs)
-                return host_runtime.spawn_child(*args, **kwargs, runner=self.runner)
-            return lambda: _settle(spawn)
-        if is_off_loop(fn):  # parsing a grammar may take seconds: never on the event loop
-            def parse() -> Any:
-                host_api.check_arguments(fn, what, args, kwargs)
-                return run_off_loop(fn, *args, **kwargs)
-            return lambda: _settle(parse)
-        ready = args[0] if is_ready_first(fn) and args and isinstance(args[0], MatcherHandle) else None
-        return lambda: _settle(lambda: _invoke(fn, what, args, kwargs), ready)
+        return lambda: host_api.invoke(module, name, fn, args, kwargs, runner=self.runner)
 
     def _start(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
         self.in_flight += 1
@@ -285,18 +274,6 @@ def _arguments(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise ProtocolError("a call's arguments are a list and a dict with str keys")
     return tuple(args), kwargs
-
-
-def _invoke(fn: Callable[..., Any], what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    host_api.check_arguments(fn, what, args, kwargs)
-    return fn(*args, **kwargs)
-
-
-async def _settle(call: Callable[[], Any], ready: MatcherHandle | None = None) -> Any:
-    if ready is not None:  # a grammar still compiling is awaited here, never compiled on the event loop
-        await ready.ready()
-    result = call()
-    return await result if inspect.isawaitable(result) else result
 
 
 def _death(code: int | None) -> str:

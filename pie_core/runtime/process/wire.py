@@ -28,7 +28,7 @@ from typing import Any, Callable
 import msgpack
 import numpy as np
 
-from pie_core.server.isolation.host_api import VALUE_TYPES
+from pie_core.runtime.host_api import VALUE_TYPES
 
 __all__ = ["Codec", "ProtocolError", "HEADER", "MAX_FRAME", "MAX_DEPTH", "MAX_ITEMS", "MAX_CONTAINERS", "DTYPES",
            "check_frame_size"]

@@ -1,20 +1,20 @@
-"""How the server starts an inferlet: one small seam so that the runner can be swapped.
+"""How the server starts an inferlet: the :class:`Launcher` seam, one runner per implementation.
 
 :class:`InProcessLauncher` runs the inferlet as an asyncio task in the server's own process
 (the runner ``pie run`` uses, :func:`pie_core.runtime.instance.run_inferlet`). It is fast but
 gives no containment: a misbehaving inferlet can block or crash the server.
-:class:`pie_core.server.isolation.ProcessLauncher` implements the same protocol with worker
-processes (the host API over a pipe, wall-time, CPU and memory limits).
-"""
+:class:`pie_core.runtime.process.ProcessLauncher` implements the same protocol with worker
+processes (the host API over a pipe, wall-time, CPU and memory limits), and
+:class:`pie_core.runtime.wasm.launcher.WasmLauncher` with WebAssembly components."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Protocol
 
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
 from pie_core.host.binding import HostInstance
-from pie_core.runtime.engine import Engine
-from pie_core.runtime.events import Event
 from pie_core.runtime.instance import run_inferlet
 from pie_core.runtime.manifest import Manifest
 

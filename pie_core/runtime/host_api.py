@@ -15,20 +15,22 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from pie_core.engine.broker import Subscription
+from pie_core.engine.engine import LoadedModel
 from pie_core.errors import BackendError, ContractError, InvalidInput, NotFound, OutOfPages, PieError, Unsupported
 from pie_core.grammar.source import GrammarSource
+from pie_core.host import runtime as host_runtime
 from pie_core.host.adapter import HostAdapter
+from pie_core.host.binding import is_off_loop, is_ready_first, run_off_loop
 from pie_core.host.context import HostContext
 from pie_core.host.grammar import MatcherHandle
-from pie_core.host.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.mcp.errors import McpError
 from pie_core.mcp.session import ServerSession
 from pie_core.models.chat_formats.base import ChatBuilder
 from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
-from pie_core.runtime.broker import Subscription
-from pie_core.runtime.engine import LoadedModel
+from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 
-__all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "handle_kind",
+__all__ = ["HOST_MODULES", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "invoke", "handle_kind",
            "check_arguments", "parameter_types"]
 
 HOST_MODULES = ("adapter", "context", "grammar", "inference", "mcp", "messaging", "model", "runtime", "scheduling",
@@ -89,6 +91,25 @@ def host_functions() -> dict[tuple[str, str], Callable[..., Any]]:
 
 
 _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] | None = None
+
+
+async def invoke(module: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...] | list[Any],
+                 kwargs: dict[str, Any], *, runner: Any) -> Any:
+    """Run declared host function ``fn`` for a sandboxed inferlet, on the event loop, the way
+    every runner must: arguments checked as a direct call would (handles by class too);
+    ``runtime.spawn`` runs the child with ``runner``; :func:`~pie_core.host.binding.off_loop`
+    functions (grammar parsing) in a thread; a matcher a :func:`~pie_core.host.binding.ready_first`
+    function needs is awaited first; a coroutine's value is awaited. The caller binds the instance.
+    """
+    check_arguments(fn, f"pie_core.host.{module}.{name}", tuple(args), kwargs)
+    if (module, name) == ("runtime", "spawn"):
+        return await host_runtime.spawn_child(*args, **kwargs, runner=runner)
+    if is_off_loop(fn):
+        return await run_off_loop(fn, *args, **kwargs)
+    if is_ready_first(fn) and args and isinstance(args[0], MatcherHandle):
+        await args[0].ready()
+    value = fn(*args, **kwargs)
+    return await value if inspect.isawaitable(value) else value
 
 
 def host_function(module: Any, name: Any) -> Callable[..., Any]:
