@@ -1,0 +1,56 @@
+"""Run the inferlet at ``/inferlet``: import its entry, drive ``main(input)`` on the guest loop."""
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import sys
+
+from componentize_py_types import Err
+
+from pie_guest.loop import GuestLoop
+
+__all__ = ["run"]
+
+ROOT = "/inferlet"
+
+
+def run(request: str) -> str:
+    """``request`` is ``{"entry": ..., "input": ...}`` as JSON; returns ``main``'s value as JSON.
+
+    Raises:
+        Err: The inferlet could not be loaded, or ``main`` raised; the text says why.
+    """
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+        first = json.loads(request)
+        main = _load(first["entry"])
+        loop = GuestLoop()
+        asyncio.set_event_loop(loop)
+        try:
+            value = loop.run_until_complete(main(first["input"]))
+        finally:
+            loop.close()
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError):
+            return json.dumps(repr(value))
+    except BaseException as exc:  # noqa: BLE001 - everything becomes the error the host reports
+        raise Err(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _load(entry: str):
+    path = f"{ROOT}/{entry}"
+    spec = importlib.util.spec_from_file_location("_pie_inferlet", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {entry}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, ROOT)
+    spec.loader.exec_module(module)
+    main = getattr(module, "main", None)
+    if main is None or not inspect.iscoroutinefunction(main):
+        raise TypeError(f"{entry} must define 'async def main(input)'")
+    return main

@@ -1,0 +1,114 @@
+"""``WasmLauncher``: each inferlet runs as a WebAssembly component, in a thread of its own.
+
+The same protocol as the other launchers (:class:`pie_core.runtime.launcher.Launcher`):
+``start`` returns a task that emits the instance's events, frees everything it held, and ends
+with a ``return`` or ``error`` event. ``pie run --isolation wasm`` uses :func:`run_wasm`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from pie_core.engine.engine import Engine
+from pie_core.engine.events import Event
+from pie_core.errors import Unsupported
+from pie_core.host import runtime as host_runtime
+from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.runtime.instance import _jsonable
+from pie_core.runtime.library import find_program
+from pie_core.runtime.manifest import Manifest
+from pie_core.runtime.wasm.build import component_path, toolchain_missing
+from pie_core.runtime.wasm.host import GuestLimits, WasmHost
+
+__all__ = ["WasmLauncher", "run_wasm", "toolchain_missing"]
+
+_MAX_ERROR = 16 * 1024  # characters of a guest's error text that reach the client
+
+
+class WasmLauncher:
+    """Runs inferlets in the wasm sandbox under ``limits``; the component is built (or taken
+    from the cache) on the first start, off the event loop, unless ``host`` is given (launchers
+    with different limits may share one)."""
+
+    def __init__(self, limits: GuestLimits | None = None, *, host: WasmHost | None = None) -> None:
+        self.limits = limits or GuestLimits()
+        self._host = host
+        self._host_lock = asyncio.Lock()
+
+    def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
+        coro = self._run(manifest, args, instance)
+        return asyncio.get_running_loop().create_task(coro, name=f"pie-wasm-{manifest.name}-{instance.id}")
+
+    async def host(self) -> WasmHost:
+        """The compiled component (built and compiled in a thread on first use)."""
+        async with self._host_lock:
+            if self._host is None:
+                from pie_core.models.weights_cache import cache_dir
+
+                self._host = await asyncio.to_thread(lambda: WasmHost(component_path(cache_dir())))
+            return self._host
+
+    async def aclose(self) -> None:
+        """Nothing to stop: each instance's thread ends with it."""
+
+    async def _run(self, manifest: Manifest, args: dict[str, Any], inst: HostInstance) -> Event:
+        if inst.resolve_program is None:  # no resolver from the server: spawn finds folders and examples by name
+            inst.resolve_program = find_program
+        token = bind(inst)
+        final = Event("error", "cancelled")
+        try:
+            try:
+                final = await self._launch(manifest, args, inst)
+            except asyncio.CancelledError as exc:
+                final = Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled")
+                raise
+            except Exception as exc:  # noqa: BLE001 - the instance failed: its reason is the event
+                final = Event("error", f"{type(exc).__name__}: {exc}")
+            return final
+        finally:
+            inst.release_all()
+            unbind(token)
+            inst.emit(final)
+
+    async def _launch(self, manifest: Manifest, args: dict[str, Any], inst: HostInstance) -> Event:
+        payload = manifest.validate_input(args)
+        host = await self.host()
+        scratch = host_runtime.scratch_dir()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        request = {"entry": manifest.entry, "input": payload}
+        cancelled = threading.Event()
+
+        def guest() -> None:
+            try:
+                result = host.run(manifest.root, scratch, request, inst, loop, self.limits, runner=self._run,
+                                  cancelled=cancelled)
+                loop.call_soon_threadsafe(lambda r=result: done.done() or done.set_result(r))
+            except BaseException as exc:  # noqa: BLE001 - never leave the task waiting
+                loop.call_soon_threadsafe(lambda e=exc: done.done() or done.set_exception(e))
+
+        threading.Thread(target=guest, name=f"pie-wasm-{inst.id}", daemon=True).start()
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            cancelled.set()  # its host calls fail from now on: a guest waiting on the engine ends
+            raise
+        if result.ok:
+            return Event("return", _jsonable(result.value))
+        why = str(result.value)
+        return Event("error", why if len(why) <= _MAX_ERROR else why[:_MAX_ERROR] + " [...]")
+
+
+async def run_wasm(engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance,
+                   limits: GuestLimits | None = None) -> Event:
+    """Run one inferlet in the sandbox to its end (``pie run --isolation wasm``).
+
+    Raises:
+        Unsupported: The wasm toolchain is not installed (the message says what to install).
+    """
+    missing = toolchain_missing()
+    if missing:
+        raise Unsupported(missing)
+    return await WasmLauncher(limits).start(engine, manifest, args, instance)
