@@ -110,11 +110,13 @@ def is_released(ctx: HostContext) -> bool:
 
 def seq_len(ctx: HostContext) -> int:
     """Tokens in the KV cache (committed + working)."""
+    ctx.check_live()
     return ctx.kv.length
 
 
 def page_size(ctx: HostContext) -> int:
     """Tokens per KV page."""
+    ctx.check_live()
     return ctx.kv.page_size
 
 
@@ -228,14 +230,17 @@ def release_working_pages(ctx: HostContext, n: int) -> None:
 
 def committed_page_count(ctx: HostContext) -> int:
     """Committed (full, immutable, shareable) pages."""
+    ctx.check_live()
     return ctx.kv.committed
 
 
 def working_page_count(ctx: HostContext) -> int:
     """Working pages, including reserved empty ones."""
+    ctx.check_live()
     return ctx.kv.working_pages
 
 
 def working_page_token_count(ctx: HostContext) -> int:
     """Tokens held in working pages."""
+    ctx.check_live()
     return ctx.kv.working_tokens

@@ -63,6 +63,10 @@ def test_release_frees_pages_now_and_the_context_refuses_further_use(dummy):
             ctx.forward()
         with pytest.raises(PieError, match="released"):
             ctx.fork()
+        for read in (lambda: ctx.seq_len, lambda: ctx.page_size, lambda: ctx.inner().committed_page_count(),
+                     lambda: ctx.inner().working_page_count(), lambda: ctx.inner().working_page_token_count()):
+            with pytest.raises(PieError, match="released"):  # the host checks: no stale numbers
+                read()
         return held, freed
 
     held, freed = dummy.value(main)
