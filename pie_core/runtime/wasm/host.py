@@ -18,14 +18,10 @@ every WIT import is the engine's host function of the same name, run on the engi
 from __future__ import annotations
 
 import asyncio
-import codecs
-import concurrent.futures
-import inspect
 import json
-import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -37,23 +33,15 @@ from pie_core.errors import PieError
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime import host_api
 from pie_core.runtime.wasm.build import RESOURCES
-from pie_core.runtime.wasm.spec import Spec, function_spec, kebab
+from pie_core.runtime.wasm.imports import KIND_IDS, Guest
+from pie_core.runtime.wasm.spec import function_spec, kebab
 
-__all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S", "MAX_HANDLES", "MAX_JSON"]
+__all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
 
 TICK_S = 0.05
 """Seconds between epoch ticks: how late a guest past its deadline may still run."""
 
-MAX_HANDLES = 2**16
-"""Engine objects one wasm instance may hold."""
-
-MAX_JSON = 16 * 2**20
-"""Bytes of one JSON value from the guest."""
-
-_CANCEL_POLL_S = 0.1  # how often a guest blocked in poll.wait looks at its cancellation
-
 _PACKAGE = "pie:inferlet"
-_KIND_IDS = {name: i + 1 for i, name in enumerate(RESOURCES.values())}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +109,7 @@ class WasmHost:
         ``runner`` runs ``runtime.spawn``'s children (None: in-process). Once ``cancelled`` is
         set, every host call fails, so a guest waiting on the engine ends at once.
         """
-        guest = _Guest(self, inst, loop, runner, cancelled or threading.Event())
+        guest = Guest(inst, loop, runner, cancelled or threading.Event())
         store = wasmtime.Store(self.engine)
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
@@ -146,13 +134,11 @@ class WasmHost:
             guest.flush()
             guest.cancel_all()
             unbind(token)
-        if isinstance(outcome, wc.Variant):
-            outcome = outcome.payload if outcome.tag == "ok" else _Failed(outcome.payload)
-        if isinstance(outcome, _Failed):
-            return GuestResult(False, outcome.why)
-        return GuestResult(True, json.loads(outcome))
+        if outcome.tag != "ok":  # result<string, string>: both cases are str, so wasmtime tags them
+            return GuestResult(False, outcome.payload)
+        return GuestResult(True, json.loads(outcome.payload))
 
-    def _linker(self, guest: _Guest) -> wc.Linker:
+    def _linker(self, guest: Guest) -> wc.Linker:
         handles = {kind.cls: RESOURCES[kind.name] for kind in host_api.HANDLES}
         linker = wc.Linker(self.engine)
         linker.add_wasip2()
@@ -161,7 +147,7 @@ class WasmHost:
             by_module.setdefault(module, []).append((name, fn))
         with linker.root() as root:
             with root.add_instance(f"{_PACKAGE}/types@0.1.0") as types:
-                for res, rid in _KIND_IDS.items():
+                for res, rid in KIND_IDS.items():
                     types.add_resource(res, wc.ResourceType.host(rid), lambda store, rep: None)
             with root.add_instance(f"{_PACKAGE}/poll@0.1.0") as poll:
                 poll.add_func("wait", guest.wait)
@@ -189,11 +175,6 @@ class WasmHost:
         return (lambda ok, v: wc.Variant("ok" if ok else "err", v)) if tagged else (lambda ok, v: v)
 
 
-class _Failed:
-    def __init__(self, why: str) -> None:
-        self.why = why
-
-
 def _trap(exc: wasmtime.WasmtimeError, limits: GuestLimits) -> str:
     text = str(exc)
     if "interrupt" in text:
@@ -202,245 +183,3 @@ def _trap(exc: wasmtime.WasmtimeError, limits: GuestLimits) -> str:
         return f"killed: the inferlet exceeded its memory limit of {limits.memory_mb} MiB"
     cause = text.split("Caused by:")[-1].strip().splitlines()
     return f"the inferlet's sandbox trapped: {cause[0] if cause else text[:200]}"
-
-
-@dataclass(eq=False)
-class _Handles:
-    """Engine objects one instance holds, by number (resource rep)."""
-
-    objs: dict[int, Any] = field(default_factory=dict)
-    reps: dict[int, int] = field(default_factory=dict)
-
-    def rep(self, obj: Any) -> int:
-        rep = self.reps.get(id(obj))
-        if rep is None:
-            if len(self.objs) >= MAX_HANDLES:
-                raise PieError(f"an inferlet may hold at most {MAX_HANDLES} engine objects; release the ones it no "
-                               "longer needs")
-            rep = self.reps[id(obj)] = len(self.objs) + 1
-            self.objs[rep] = obj
-        return rep
-
-    def get(self, rep: int) -> Any:
-        return self.objs[rep]
-
-
-class _Guest:
-    """One running instance: its handles, pending calls and output, seen from the host."""
-
-    def __init__(self, host: WasmHost, inst: HostInstance, loop: asyncio.AbstractEventLoop, runner: Any,
-                 cancelled: threading.Event) -> None:
-        self.host, self.inst, self.loop, self.runner, self.cancelled = host, inst, loop, runner, cancelled
-        self.handles = _Handles()
-        self.pending: dict[int, concurrent.futures.Future[Any]] = {}
-        self.next_pending = 0
-        self.decoders: dict[str, Any] = {}
-        self.partial: dict[str, str] = {"stdout": "", "stderr": ""}
-        self.kinds: dict[int, list[Any]] = {}  # pending forward -> its probes' kinds
-        self.probe_kinds: list[Any] = []  # the kinds of the probe values being lowered, in order
-
-    # -- values ----------------------------------------------------------------------------
-
-    def lift(self, store: Any, value: Any, spec: Spec) -> Any:
-        """A wasmtime value as the engine's host function takes it."""
-        if spec is None:
-            return None
-        tag = spec[0]
-        if tag == "v":
-            return value
-        if tag == "b":
-            return bytes(value)
-        if tag == "j":
-            if len(value) > MAX_JSON:
-                raise ValueError(f"a JSON value from the inferlet is limited to {MAX_JSON} bytes")
-            return json.loads(value)
-        if tag == "o":
-            return None if value is None else self.lift(store, value, spec[1])
-        if tag == "l":
-            return [self.lift(store, v, spec[1]) for v in value]
-        if tag == "t":
-            return tuple(self.lift(store, v, s) for v, s in zip(value, spec[1]))
-        if tag == "e":
-            return _enum(spec[1])[value.replace("-", "_").upper()]
-        if tag == "r":
-            return _record(spec[1])(**{f: self.lift(store, getattr(value, kebab(f)), s) for f, s in spec[2]})
-        if tag == "h":
-            host = value.to_host(store)
-            if host.type != _KIND_IDS[spec[1]] or host.rep not in self.handles.objs:
-                raise PermissionError(f"that {spec[1]} handle was not given to this inferlet")
-            return self.handles.get(host.rep)
-        raise TypeError(f"no conversion for spec {spec!r}")
-
-    def lower(self, value: Any, spec: Spec) -> Any:
-        """An engine value as wasmtime lowers it into the guest."""
-        if spec is None:
-            return None
-        tag = spec[0]
-        if tag == "v":
-            return value
-        if tag == "b":
-            return bytes(value)
-        if tag == "j":
-            return json.dumps(value)
-        if tag == "o":
-            return None if value is None else self.lower(value, spec[1])
-        if tag == "l":
-            return [self.lower(v, spec[1]) for v in value]
-        if tag == "t":
-            return tuple(self.lower(v, s) for v, s in zip(value, spec[1]))
-        if tag == "e":
-            return kebab(value.name)
-        if tag == "r":
-            rec = wc.Record()
-            for f, s in spec[2]:
-                setattr(rec, kebab(f), self.lower(getattr(value, f), s))
-            return rec
-        if tag == "p":
-            return _probe(value, self.probe_kinds.pop(0) if self.probe_kinds else None)
-        if tag == "h":
-            return wc.ResourceHost.own(self.handles.rep(value), _KIND_IDS[spec[1]])
-        raise TypeError(f"no conversion for spec {spec!r}")
-
-    # -- imports -----------------------------------------------------------------------------
-
-    def caller(self, module: str, name: str, fn: Callable[..., Any], params: tuple[tuple[str, Spec], ...],
-               result: Spec, wrap: Callable[[bool, Any], Any]) -> Callable[..., Any]:
-        def call(store: Any, *raw: Any) -> Any:
-            try:
-                self.check_running()
-                args = [self.lift(store, v, s) for v, (_, s) in zip(raw, params)]
-                value = asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop).result()
-                return wrap(True, self.lower(value, result))
-            except Exception as exc:  # noqa: BLE001 - the guest gets it as the error record
-                return wrap(False, _error(exc))
-        return call
-
-    def starter(self, module: str, name: str, fn: Callable[..., Any], params: tuple[tuple[str, Spec], ...],
-                wrap: Callable[[bool, Any], Any]) -> Callable[..., Any]:
-        def start(store: Any, *raw: Any) -> Any:
-            try:
-                self.check_running()
-                args = [self.lift(store, v, s) for v, (_, s) in zip(raw, params)]
-            except Exception as exc:  # noqa: BLE001
-                return wrap(False, _error(exc))
-            self.next_pending += 1
-            if (module, name) == ("inference", "forward"):  # a probe value's case is its probe's kind
-                self.kinds[self.next_pending] = [p.kind for p in args[[n for n, _ in params].index("probes")]]
-            self.pending[self.next_pending] = asyncio.run_coroutine_threadsafe(
-                self._invoke(module, name, fn, args), self.loop)
-            return wrap(True, self.next_pending)
-        return start
-
-    def finisher(self, result: Spec, wrap: Callable[[bool, Any], Any]) -> Callable[..., Any]:
-        def finish(store: Any, call: int) -> Any:
-            fut = self.pending.pop(call, None)
-            self.probe_kinds = self.kinds.pop(call, [])
-            try:
-                if fut is None or not fut.done():
-                    raise PieError("that host call has not finished (wait for it with poll.wait first)")
-                return wrap(True, self.lower(fut.result(), result))
-            except concurrent.futures.CancelledError:
-                return wrap(False, _error(PieError("the host call was cancelled")))
-            except Exception as exc:  # noqa: BLE001
-                return wrap(False, _error(exc))
-        return finish
-
-    def wait(self, store: Any, calls: list[int], timeout_ms: int | None) -> list[int]:
-        futs = [self.pending.get(c) for c in calls]
-        live = [f for f in futs if f is not None]
-        end = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-        while live and not any(f.done() for f in live) and not self.cancelled.is_set():
-            left = _CANCEL_POLL_S if end is None else min(_CANCEL_POLL_S, end - time.monotonic())
-            if left <= 0:
-                break
-            concurrent.futures.wait(live, left, return_when=concurrent.futures.FIRST_COMPLETED)
-        if self.cancelled.is_set():
-            self.cancel_all()
-        return [i for i, f in enumerate(futs) if f is None or f.done() or self.cancelled.is_set()]
-
-    def check_running(self) -> None:
-        """Raise once the instance was cancelled: the guest gets errors, never new work."""
-        if self.cancelled.is_set():
-            raise PieError("the inferlet was cancelled")
-
-    def cancel(self, store: Any, call: int) -> None:
-        self.kinds.pop(call, None)
-        fut = self.pending.pop(call, None)
-        if fut is not None:
-            fut.cancel()
-
-    def cancel_all(self) -> None:
-        for fut in self.pending.values():
-            fut.cancel()
-        self.pending.clear()
-
-    async def _invoke(self, module: str, name: str, fn: Callable[..., Any], values: list[Any]) -> Any:
-        args, kwargs = _bind(fn, values)
-        return await host_api.invoke(module, name, fn, args, kwargs, runner=self.runner)
-
-    # -- output ------------------------------------------------------------------------------
-
-    def output(self, stream: str) -> Callable[[bytes], None]:
-        decoder = self.decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
-
-        def write(data: bytes) -> None:
-            text = self.partial[stream] + decoder.decode(bytes(data))
-            cut = text.rfind("\n") + 1 if stream == "stdout" else len(text)
-            self.partial[stream] = text[cut:]
-            if cut:
-                self._emit(stream, text[:cut])
-        return write
-
-    def flush(self) -> None:
-        for stream, text in self.partial.items():
-            if text:
-                self._emit(stream, text)
-        self.partial = {"stdout": "", "stderr": ""}
-
-    def _emit(self, stream: str, text: str) -> None:
-        from pie_core.engine.events import Event
-
-        self.loop.call_soon_threadsafe(self.inst.emit, Event(stream, text))
-
-
-def _bind(fn: Callable[..., Any], values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    """WIT passes every parameter in order; keyword-only ones go by name."""
-    params = list(inspect.signature(fn).parameters.values())
-    args = [v for p, v in zip(params, values) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    kwargs = {p.name: v for p, v in zip(params, values) if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return args, kwargs
-
-
-def _error(exc: BaseException) -> wc.Record:
-    errors = [t for t in host_api.VALUE_TYPES if isinstance(t, type) and issubclass(t, BaseException)]
-    cls = next((c for c in type(exc).__mro__ if c in errors), Exception)
-    rec = wc.Record()
-    setattr(rec, "kind", re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__).lower())
-    setattr(rec, "message", str(exc)[:64 * 1024])
-    return rec
-
-
-def _probe(value: Any, kind: Any) -> wc.Variant:
-    """A probe value as the ``probe-value`` case of its probe's kind."""
-    if isinstance(value, (bytes, bytearray)):
-        return wc.Variant("logits", bytes(value))
-    if isinstance(value, tuple):
-        return wc.Variant("distribution", (list(value[0]), [float(p) for p in value[1]]))
-    if isinstance(value, (int, float)):
-        return wc.Variant("entropy", float(value))
-    return wc.Variant("embedding" if kind is not None and kind.name == "EMBEDDING" else "logprobs",
-                      [float(v) for v in value])
-
-
-def _enum(name: str) -> Any:
-    from pie_core import values
-
-    return getattr(values, name)
-
-
-def _record(name: str) -> Any:
-    from pie_core.grammar.source import GrammarSource
-    from pie_core import values
-    from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
-
-    return {"GrammarSource": GrammarSource, "ToolCallSyntax": ToolCallSyntax}.get(name) or getattr(values, name)
