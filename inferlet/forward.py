@@ -10,7 +10,7 @@ from pie_core.host import grammar as _grammar_host
 from pie_core.host import inference as _host
 from pie_core.host import speculation as _spec_host
 from pie_core.host.errors import InvalidInput
-from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
+from pie_core.host.inference import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
 from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pie_core.values import ProbeKind, ProbeSpec
+from pie_core.host.inference import ProbeKind, ProbeSpec
 
 __all__ = ["Logits", "Distribution", "Logprob", "Logprobs", "Entropy", "Embedding", "Probe"]
 
