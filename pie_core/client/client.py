@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import io
 import itertools
@@ -46,8 +47,8 @@ def pack_program(folder: str | Path) -> bytes:
     if not (root / "Pie.toml").is_file():
         raise FileNotFoundError(f"{root} has no Pie.toml; an inferlet is a folder with Pie.toml and main.py")
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(root.rglob("*")):
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for path in sorted(root.rglob("*")):  # gzip's header time is 0 too: packed a second later, same hash
             if "__pycache__" in path.parts or not path.is_file():
                 continue
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(root)))
