@@ -67,24 +67,31 @@ def test_every_example_covers_an_input_set():
     assert sorted(INPUTS) == ALL
 
 
-def test_every_example_returns_under_the_default_isolation(dummy_engine):
-    launcher = ProcessLauncher(WorkerLimits(wall_s=45.0, cpu_s=45, memory_mb=1024))
+def run_all_examples(engine: Any, launcher: Any, *, at_once: int, limit_s: float) -> list[tuple[str, Any, list[Any]]]:
+    """Every example through one server with ``launcher``, ``at_once`` at a time (in ``ALL``'s
+    order), as alice: ``(name, final event, events before it)`` each."""
 
-    async def main() -> list[tuple[str, Any, list[tuple[str, Any]]]]:
+    async def main() -> list[tuple[str, Any, list[Any]]]:
         users = [User(n, hash_token(t)) for n, t in TOKENS.items()]
         opts = ServerOptions(port=0, data_dir=Path(tempfile.mkdtemp(prefix="pie-ex-")), status_interval=0)
-        server = PieServer(dummy_engine, opts, auth=Authenticator(users), launcher=launcher, close_engine=False)
+        server = PieServer(engine, opts, auth=Authenticator(users), launcher=launcher, close_engine=False)
         await server.start()
         try:
             async with await connect(server.url, TOKENS["alice"]) as alice:
                 await alice.register_mcp_server("notes", notes_server())
                 programs = {name: await alice.install(EXAMPLES / name) for name in ALL}
-                room = asyncio.Semaphore(4)
-                return await asyncio.wait_for(asyncio.gather(*(_run(alice, programs, n, room) for n in ALL)), 55)
+                room = asyncio.Semaphore(at_once)
+                return await asyncio.wait_for(asyncio.gather(*(_run(alice, programs, n, room) for n in ALL)), limit_s)
         finally:
             await server.close()
 
-    results = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_every_example_returns_under_the_default_isolation(dummy_engine):
+    launcher = ProcessLauncher(WorkerLimits(wall_s=45.0, cpu_s=45, memory_mb=1024))
+    # a few at a time: grammar compiles share the two CI cores
+    results = run_all_examples(dummy_engine, launcher, at_once=4, limit_s=55)
     failed = {name: final for name, final, _ in results if final[0] != "return"}
     assert not failed, failed
     assert dummy_engine.pools_whole(), "an example left KV pages allocated"

@@ -4,19 +4,12 @@ request, not from the batch it lands in). Timings in the values are left out."""
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from conftest import TOKENS
-from test_examples_isolated import ALL, EXAMPLES, _run, notes_server
+from test_examples_isolated import ALL, run_all_examples
 from wasm_helpers import shared_launcher
 
-from pie_core.client import connect
 from pie_core.runtime.launcher import InProcessLauncher
-from pie_core.server import Authenticator, PieServer, ServerOptions
-from pie_core.server.auth import User, hash_token
 
 TIMINGS = {"latency_s", "seconds"}  # wall-clock readings inside example values
 
@@ -30,21 +23,8 @@ def _scrub(value: Any) -> Any:
 
 
 def _results(engine: Any, launcher: Any) -> dict[str, tuple[Any, list[Any]]]:
-    async def main() -> list[tuple[str, Any, list[Any]]]:
-        users = [User(n, hash_token(t)) for n, t in TOKENS.items()]
-        opts = ServerOptions(port=0, data_dir=Path(tempfile.mkdtemp(prefix="pie-wasm-ex-")), status_interval=0)
-        server = PieServer(engine, opts, auth=Authenticator(users), launcher=launcher, close_engine=False)
-        await server.start()
-        try:
-            async with await connect(server.url, TOKENS["alice"]) as alice:
-                await alice.register_mcp_server("notes", notes_server())
-                programs = {name: await alice.install(EXAMPLES / name) for name in ALL}
-                room = asyncio.Semaphore(1)  # one at a time: the same batches both ways
-                return [await asyncio.wait_for(_run(alice, programs, n, room), 60) for n in ALL]
-        finally:
-            await server.close()
-
-    return {name: (final, events) for name, final, events in asyncio.run(main())}
+    # one at a time: the same batches both ways
+    return {name: (final, events) for name, final, events in run_all_examples(engine, launcher, at_once=1, limit_s=240)}
 
 
 def test_every_example_returns_the_same_value_in_wasm_as_in_process(dummy_engine):
