@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from pie_core.lora import TARGETS, target_shape, tensor_name
+from pie_core.backend_kit.lora import TARGETS, target_shape, tensor_name
 from pie_core.models.spec import ModelSpec
 
 __all__ = ["random_adapter", "merged"]

@@ -124,7 +124,7 @@ class Harness:
         """Whether the numeric surfaces run (they compare against the NumPy reference)."""
         if self.options.numerics != "auto":
             return self.options.numerics == "on"
-        from pie_core.dummy_backend import DummyBackend
+        from pie_core.backend_kit import DummyBackend
 
         factory = self.factory()
         return not (isinstance(factory, type) and issubclass(factory, DummyBackend))

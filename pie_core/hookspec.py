@@ -169,10 +169,10 @@ class ForwardBatch:
         probe_k[Q]; for LOGPROBS the ids are ``probe_token_ids[probe_token_indptr[q]:...[q+1]]``.
         probe_masked[Q] (int32): index of the sample row whose logit mask applies, or -1.
         EMBEDDING rows read the hidden state, not the logits: a row probed only for its
-        embedding needs no logits (see ``pie_core.sampling.logit_rows``/``hidden_rows``).
+        embedding needs no logits (see ``pie_core.backend_kit.sampling.logit_rows``/``hidden_rows``).
 
     Adapters: adapter_ids[R] (-1 none): request r runs with that adapter's LoRA deltas on every
-    projection it adapts (see :mod:`pie_core.lora`). zo_seeds[R] (int64, 0 none): request r runs
+    projection it adapts (see :mod:`pie_core.backend_kit.lora`). zo_seeds[R] (int64, 0 none): request r runs
     its adapter's mean weights plus ``sigma * zo_noise(seed)`` (sigma as last set by
     ``pie_backend_adapter_zo``); a nonzero seed comes only with an adapter. Requests with
     different adapters, seeds and none share one batch; the backend groups rows by
@@ -290,7 +290,7 @@ class BackendSpec:
         """
 
     # Adapters (feature "adapters", contract 1.3). Tensors are named and shaped as in
-    # pie_core.lora; the core numbers adapters in [0, max_adapters) and reuses an id only after
+    # pie_core.backend_kit.lora; the core numbers adapters in [0, max_adapters) and reuses an id only after
     # destroying the adapter that held it.
 
     @hookspec(firstresult=True)
@@ -311,8 +311,8 @@ class BackendSpec:
 
         Args:
             adapter_id: A held adapter.
-            tensors: float32 arrays by :func:`pie_core.lora.tensor_name`, checked with
-                :func:`pie_core.lora.check_tensors`.
+            tensors: float32 arrays by :func:`pie_core.backend_kit.lora.tensor_name`, checked with
+                :func:`pie_core.backend_kit.lora.check_tensors`.
             scaling: Multiplies every ``B @ A`` delta.
 
         Raises:
@@ -343,8 +343,8 @@ class BackendSpec:
         """Move a held adapter's mean and set its perturbation scale (feature ``"zo"``).
 
         Every tensor ``T`` of the adapter becomes ``T + sum_i coefficients[i] *
-        zo_noise(seeds[i], index(T))`` (:func:`pie_core.lora.moved`); afterwards a pass with zo
-        seed ``s`` runs ``T + sigma * zo_noise(s, index(T))`` (:func:`pie_core.lora.perturbed`).
+        zo_noise(seeds[i], index(T))`` (:func:`pie_core.backend_kit.lora.moved`); afterwards a pass with zo
+        seed ``s`` runs ``T + sigma * zo_noise(s, index(T))`` (:func:`pie_core.backend_kit.lora.perturbed`).
         Empty ``seeds`` only sets ``sigma``.
 
         Args:

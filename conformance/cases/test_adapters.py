@@ -18,7 +18,7 @@ from conformance.adapters import random_adapter
 from conformance.batches import kv_request
 from conformance.harness import Harness
 from conformance.loaded import LoadedModel, Run
-from pie_core import lora
+from pie_core.backend_kit import lora
 
 SURFACE = "adapters"
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pie_core.hookspec import ProbeKind
-from pie_core.sampling import probe, softmax
+from pie_core.backend_kit.sampling import probe, softmax
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec
 
 from conformance.batches import kv_request

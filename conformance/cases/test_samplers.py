@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pie_core.hookspec import SamplerKind
-from pie_core.sampling import softmax
+from pie_core.backend_kit.sampling import softmax
 from pie_core.scheduler.request import SampleSpec
 
 from conformance.batches import kv_request

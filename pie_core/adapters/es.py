@@ -1,7 +1,7 @@
 """The zeroth-order update of an adapter: a rank-weighted evolution strategy over its LoRA weights.
 
 A generation of candidates runs the adapter's mean weights ``m`` plus ``sigma * eps(s)`` for a
-seed ``s`` each (``eps`` is :func:`pie_core.lora.zo_noise`); the inferlet scores them (higher is
+seed ``s`` each (``eps`` is :func:`pie_core.backend_kit.lora.zo_noise`); the inferlet scores them (higher is
 better) and calls :func:`step`:
 
 - **Selection and recombination** (a (mu/mu_w, lambda)-ES): the best ``mu = max(1,

@@ -2,7 +2,7 @@
 ``adapter_model.safetensors``.
 
 A folder PEFT saved for the same base model loads here, and a folder saved here loads into PEFT
-(``PeftModel.from_pretrained``). Only plain LoRA on the projections of :data:`pie_core.lora.TARGETS`
+(``PeftModel.from_pretrained``). Only plain LoRA on the projections of :data:`pie_core.backend_kit.lora.TARGETS`
 is understood; anything else a config asks for (DoRA, biases, extra trained modules, per-module
 ranks, transposed weights) is refused by name rather than silently dropped.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import safetensors
 
 from pie_core.errors import InvalidInput
-from pie_core.lora import TARGETS, tensor_name
+from pie_core.backend_kit.lora import TARGETS, tensor_name
 from pie_core.models.hf_reader import LAYER_NAMES
 
 __all__ = ["PeftAdapter", "read", "write", "CONFIG", "WEIGHTS", "MAX_FILE_BYTES"]
@@ -47,7 +47,7 @@ _REFUSED = {
 
 @dataclass(frozen=True, slots=True)
 class PeftAdapter:
-    """An adapter's tensors by :func:`pie_core.lora.tensor_name`, with its LoRA hyper-parameters."""
+    """An adapter's tensors by :func:`pie_core.backend_kit.lora.tensor_name`, with its LoRA hyper-parameters."""
 
     tensors: dict[str, np.ndarray]
     rank: int

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from pie_core.adapters.es import ZoState
 from pie_core.errors import BackendError, InvalidInput, Unsupported
-from pie_core.lora import TARGETS, adapter_bytes
+from pie_core.backend_kit.lora import TARGETS, adapter_bytes
 
 __all__ = ["AdapterRecord", "AdapterStore"]
 

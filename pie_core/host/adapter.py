@@ -23,7 +23,7 @@ from pie_core.errors import InvalidInput, PieError
 from pie_core.host.binding import HostInstance, current
 from pie_core.host.model import resolve
 from pie_core.host.runtime import scratch_path
-from pie_core.lora import check_tensors
+from pie_core.backend_kit.lora import check_tensors
 
 __all__ = ["HostAdapter", "create", "open_adapter", "fork", "save", "load", "settled", "release", "release_soon",
            "name", "check_live", "is_released"]

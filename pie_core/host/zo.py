@@ -1,7 +1,7 @@
 """Host interface ``zo``: evolution strategies over an adapter's LoRA weights.
 
 A pass with ``zo_seed=s`` (``inference.forward``) runs the adapter's mean plus ``sigma`` times
-the seed's noise (:mod:`pie_core.lora`); :func:`update` applies the rule of
+the seed's noise (:mod:`pie_core.backend_kit.lora`); :func:`update` applies the rule of
 :mod:`pie_core.adapters.es`. Both calls return at once; the backend applies them before the
 caller's next pass (``adapter.settled`` waits for that).
 """
@@ -17,7 +17,7 @@ from pie_core.adapters.es import ZoState, step
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.binding import current
-from pie_core.lora import TARGETS, target_shape, tensor_index, tensor_name, zo_noise
+from pie_core.backend_kit.lora import TARGETS, target_shape, tensor_index, tensor_name, zo_noise
 
 __all__ = ["initialize", "update", "INIT_SEED"]
 

@@ -1,4 +1,4 @@
-"""The contract's adapter tensors and zo noise (pie_core.lora): names, checks, and noise that
+"""The contract's adapter tensors and zo noise (pie_core.backend_kit.lora): names, checks, and noise that
 must never change between versions, since every backend and every saved experiment relies on it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pie_core import lora
+from pie_core.backend_kit import lora
 from pie_core.models.spec import ModelSpec
 from conformance.models import tiny_spec
 

@@ -1,7 +1,7 @@
 """LoRA adapters and zo perturbations in the NumPy backend, checked against merged base weights.
 
 An adapter's pass must equal the base model loaded with ``W + scaling * B @ A`` on every target
-it holds; a zo pass the same with :func:`pie_core.lora.perturbed` tensors. Requests with
+it holds; a zo pass the same with :func:`pie_core.backend_kit.lora.perturbed` tensors. Requests with
 different adapters and seeds share a batch without seeing each other's deltas.
 """
 
@@ -14,8 +14,8 @@ import pytest
 
 from backend_testkit import kv_request, load_cpu, probe_logits, random_weights, run, tiny_spec
 from pie_backend_cpu.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS
-from pie_core.adapter_bank import PERTURBED_CACHE_SIZE
-from pie_core import lora
+from pie_core.backend_kit import lora
+from pie_core.backend_kit.adapter_bank import PERTURBED_CACHE_SIZE
 from pie_core.models.spec import ModelSpec
 from pie_core.scheduler.request import ForwardRequest
 

@@ -12,7 +12,7 @@ from pie_backend_cpu import CpuBackend
 from pie_backend_cpu.kv_store import page_bytes
 from pie_core.hookspec import CONTRACT_VERSION, BackendOptions, ProbeKind, SamplerKind
 from pie_core.plugins import available_backends, bind_plugin
-from pie_core.sampling import softmax
+from pie_core.backend_kit.sampling import softmax
 from pie_core.scheduler.request import ProbeSpec, SampleSpec
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backend_testkit import kv_request, random_weights, tiny_spec
-from pie_core.dummy_backend import DummyBackend
+from pie_core.backend_kit import DummyBackend
 from pie_core.hookspec import BackendOptions, CopyKind, ProbeKind, SamplerKind
 from pie_core.plugins import bind_plugin
 from pie_core.scheduler.assemble import assemble

@@ -1,4 +1,4 @@
-"""Reference semantics of samplers and probes (``pie_core.sampling``), on hand-made logits.
+"""Reference semantics of samplers and probes (``pie_core.backend_kit.sampling``), on hand-made logits.
 
 Batches are assembled as the core does; the logits are chosen by the test, so every expected
 support set and probability is known exactly.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pie_core.hookspec import ProbeKind, SamplerKind
-from pie_core.sampling import logit_rows, sample_and_probe, softmax
+from pie_core.backend_kit.sampling import logit_rows, sample_and_probe, softmax
 from pie_core.scheduler.assemble import assemble
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, SampleSpec
 

@@ -26,7 +26,7 @@ from pie_core.hookspec import (
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
-from pie_core.sampling import softmax
+from pie_core.backend_kit.sampling import softmax
 
 __all__ = [
     "DropsAttentionMask",

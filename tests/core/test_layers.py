@@ -4,6 +4,7 @@
     runtime              (the runners: in-process, process, wasm; manifests)
     host                 (the host API an inferlet calls)
     engine, kv, scheduler
+    backend_kit          (what a backend imports: the contract and the pieces backends share)
 
 Every ``import`` in a file counts: at the top, inside functions, under ``if TYPE_CHECKING:``.
 """
@@ -23,7 +24,14 @@ RULES: dict[str, tuple[str, ...]] = {
     "kv": ("pie_core.host", "pie_core.runtime", "pie_core.server", "pie_core.cli"),
     "scheduler": ("pie_core.host", "pie_core.runtime", "pie_core.server", "pie_core.cli"),
     "runtime": ("pie_core.server", "pie_core.cli"),
+    "backend_kit": ("pie_core.engine", "pie_core.kv", "pie_core.scheduler", "pie_core.host", "pie_core.runtime",
+                    "pie_core.server", "pie_core.cli", "pie_core.plugins"),
 }
+
+KIT_MAY_IMPORT = ("pie_core.backend_kit", "pie_core.hookspec", "pie_core.values", "pie_core.errors",
+                  "pie_core.models.spec", "pie_core.models.weights_cache")
+"""The backend kit sits at the bottom: besides itself, only the contract and what it is made of."""
+
 
 def _module_of(path: Path) -> str:
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
@@ -77,6 +85,21 @@ def _violations() -> list[str]:
 def test_every_import_in_pie_core_points_down_the_layers():
     bad = _violations()
     assert not bad, "imports that point up the layers (move the shared piece down instead):\n" + "\n".join(bad)
+
+
+def _kit_may_import(module: str) -> bool:
+    # ``pie_core`` and ``pie_core.models`` appear for ``from pie_core(.models) import x``; x is judged itself
+    return (not module.startswith("pie_core.") or module == "pie_core.models"
+            or _breaks(module, KIT_MAY_IMPORT))
+
+
+def test_the_backend_kit_imports_only_the_contract_and_itself():
+    bad = []
+    for path in sorted((ROOT / "backend_kit").rglob("*.py")):
+        package = _module_of(path) if path.name == "__init__.py" else _module_of(path).rpartition(".")[0]
+        bad += [f"pie_core/backend_kit/{path.name}:{line} imports {module}"
+                for line, module in _imports(path.read_text(), package) if not _kit_may_import(module)]
+    assert not bad, f"the backend kit may import only {', '.join(KIT_MAY_IMPORT)}:\n" + "\n".join(bad)
 
 
 def test_every_layer_named_in_the_rules_exists():

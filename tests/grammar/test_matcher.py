@@ -12,7 +12,7 @@ from pie_core.errors import InvalidInput
 from pie_core.grammar import Matcher, compiler_for, source
 from pie_core.grammar.compiler import check_timeout
 from pie_core.models.registry import resolve_model
-from pie_core.sampling import unpack_logit_masks
+from pie_core.backend_kit.sampling import unpack_logit_masks
 from schemas import heavy_schema
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from inferlet import Context, Embedding, Logits, Model, Sampler, runtime
 from pie_core import brle
-from pie_core.dummy_backend import DummyBackend, _embedding_table, dummy_embeddings
+from pie_core.backend_kit.dummy import DummyBackend, _embedding_table, dummy_embeddings
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import CONTRACT_VERSION, BackendInfo, hookimpl
 from pie_core.plugins import bind_plugin
-from pie_core.sampling import softmax
+from pie_core.backend_kit.sampling import softmax
 
 
 def _model() -> Model:

@@ -1,7 +1,7 @@
 """Reference sections "Forward", "Samplers" and "Probes", call by call, on the dummy backend.
 
 The dummy's logits are a known function of each row's (token id, position)
-(``pie_core.dummy_backend.dummy_logits``), so every value read back is checked against numpy
+(``pie_core.backend_kit.dummy.dummy_logits``), so every value read back is checked against numpy
 over exactly the logits the spec says it is computed from.
 """
 
@@ -15,8 +15,8 @@ from inferlet import (
     SampleHandle, Sampler, runtime,
 )
 from pie_core import brle
-from pie_core.dummy_backend import _table, dummy_logits
-from pie_core.sampling import softmax
+from pie_core.backend_kit.dummy import _table, dummy_logits
+from pie_core.backend_kit.sampling import softmax
 
 
 def _model() -> Model:

@@ -1,11 +1,9 @@
-"""The adapters a cpu backend holds (:class:`pie_core.adapter_bank.AdapterBank`), fused for the
+"""The adapters a cpu backend holds (:class:`pie_core.backend_kit.AdapterBank`), fused for the
 NumPy forward by :func:`~pie_backend_cpu.lora_deltas.fuse`, and grouped per batch."""
 
 from __future__ import annotations
 
-from pie_core.adapter_bank import AdapterBank
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import AdapterBank, ForwardBatch, ModelSpec
 
 from pie_backend_cpu.lora_deltas import LayerDeltas, TokenGroup, fuse, token_groups
 
@@ -27,7 +25,7 @@ class AdapterStore(AdapterBank[tuple[LayerDeltas, ...]]):
         """The batch's adapter groups with the deltas each runs (empty when no request has one).
 
         Raises:
-            ValueError: As :meth:`~pie_core.adapter_bank.AdapterBank.check_batch`.
+            ValueError: As :meth:`~pie_core.backend_kit.AdapterBank.check_batch`.
         """
         if not self.check_batch(batch):
             return ()

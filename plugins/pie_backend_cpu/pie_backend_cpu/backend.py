@@ -8,23 +8,27 @@ from typing import Iterable
 
 import numpy as np
 
-from pie_core.hookspec import (
+from pie_core.backend_kit import (
     CONTRACT_VERSION,
+    AdapterHooks,
     BackendInfo,
     BackendOptions,
     BatchOutput,
     Capabilities,
     CopyKind,
     ForwardBatch,
+    ModelSpec,
+    check_batch,
+    device_pool_pages,
+    hidden_rows,
     hookimpl,
+    host_pool_pages,
+    logit_rows,
+    sample_and_probe,
 )
-from pie_core.adapter_bank import AdapterHooks
-from pie_core.models.spec import ModelSpec
-from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
 from pie_backend_cpu.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS, AdapterStore
 from pie_backend_cpu.kv_store import KvStore, page_bytes
-from pie_backend_cpu.layout import check_batch
 from pie_backend_cpu.model import Transformer
 from pie_backend_cpu.weights import build_weights
 
@@ -34,8 +38,6 @@ __all__ = [
     "MAX_BATCH_REQUESTS",
     "MAX_SAMPLE_ROWS",
     "MAX_MASK_BYTES",
-    "DEFAULT_HOST_PAGES",
-    "MAX_BUDGET_PAGES",
     "MAX_ADAPTERS",
     "MAX_ADAPTER_RANK",
 ]
@@ -48,11 +50,6 @@ MAX_SAMPLE_ROWS = 4096
 """Most sample rows in one forward (each may draw several tokens)."""
 MAX_MASK_BYTES = 1 << 28
 """Most custom attention-mask entries (one byte each, ``sum(n_r * kv_len_r)``) in one forward."""
-DEFAULT_HOST_PAGES = 64
-"""Host pool size when ``BackendOptions.host_pages`` is 0."""
-MAX_BUDGET_PAGES = 1 << 16
-"""Cap on a pool sized from ``kv_memory_bytes`` (tiny models would otherwise get millions of
-pages, and the core keeps per-page bookkeeping)."""
 FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo", "offload"})
 
 
@@ -95,13 +92,14 @@ class CpuBackend(AdapterHooks):
     ) -> Capabilities:
         """Load weights and allocate the KV pools.
 
-        The device pool has ``options.kv_pages`` pages, or as many as fit in
-        ``options.kv_memory_bytes`` (at most ``MAX_BUDGET_PAGES``) when that is 0; the host pool
-        ``options.host_pages`` (``DEFAULT_HOST_PAGES`` when 0). Pool memory is only committed
-        as pages are first written.
+        The pools are sized as :func:`~pie_core.backend_kit.device_pool_pages` and
+        :func:`~pie_core.backend_kit.host_pool_pages` say (``kv_pages``, or as many pages as fit
+        in ``kv_memory_bytes``; ``host_pages`` or the default). Pool memory is only committed as
+        pages are first written.
 
         Raises:
-            ValueError: A weight is missing or misshapen, or the device/dtype is not cpu/float32.
+            ValueError: A weight is missing or misshapen, the device/dtype is not cpu/float32, or
+                the pool options hold no page.
         """
         if options.device != "cpu":
             raise ValueError(f"the cpu backend runs on device 'cpu' only, not {options.device!r}")
@@ -110,12 +108,8 @@ class CpuBackend(AdapterHooks):
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
         per_page = page_bytes(spec.num_layers, options.page_size, spec.num_kv_heads, spec.head_dim)
-        num_pages = options.kv_pages or min(options.kv_memory_bytes // per_page, MAX_BUDGET_PAGES)
-        if num_pages < 1:
-            raise ValueError(
-                f"kv_memory_bytes={options.kv_memory_bytes} holds no page of {per_page} bytes; raise it"
-            )
-        host_pages = options.host_pages or DEFAULT_HOST_PAGES
+        num_pages = device_pool_pages(options, per_page)
+        host_pages = host_pool_pages(options)
         model_weights = build_weights(spec, weights)
         self._store = KvStore(
             spec.num_layers, num_pages, host_pages, options.page_size, spec.num_kv_heads, spec.head_dim

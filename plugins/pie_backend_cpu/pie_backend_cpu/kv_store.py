@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pie_core.hookspec import CopyKind
+from pie_core.backend_kit import CopyKind
 
 __all__ = ["KvPool", "KvStore", "page_bytes"]
 

@@ -1,6 +1,6 @@
 """Per-batch bookkeeping shared by every layer: where tokens write, what each request attends.
 
-Built once per forward from a :class:`~pie_core.hookspec.ForwardBatch`: first the write
+Built once per forward from a :class:`~pie_core.backend_kit.ForwardBatch`: first the write
 targets, then (after the slot positions are written) the masks, so the masks (the
 sliding-window ones included) are computed once and reused by all layers.
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pie_core.hookspec import ForwardBatch
+from pie_core.backend_kit import ForwardBatch
 
-__all__ = ["DecodeGroup", "RequestBlock", "BatchLayout", "check_batch", "write_targets", "build_layout"]
+__all__ = ["DecodeGroup", "RequestBlock", "BatchLayout", "write_targets", "build_layout"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,43 +52,6 @@ class BatchLayout:
     write_offsets: np.ndarray  # [N] slot within that page
     decode_groups: tuple[DecodeGroup, ...]
     blocks: tuple[RequestBlock, ...]
-
-
-def check_batch(batch: ForwardBatch, vocab_size: int, num_pages: int, page_size: int) -> None:
-    """Cheap consistency checks on what the core built (not a substitute for its validation).
-
-    Raises:
-        ValueError: Array lengths disagree, or ids/slots/pages are out of range.
-    """
-    n, r = batch.num_tokens, batch.num_requests
-    if r < 1 or n < 1:
-        raise ValueError(f"a batch needs at least one request and one token, got {r} and {n}")
-    for name in ("positions", "kv_write_slots"):
-        if len(getattr(batch, name)) != n:
-            raise ValueError(f"{name} has {len(getattr(batch, name))} entries for {n} tokens")
-    for name in ("kv_page_indptr", "mask_indptr"):
-        if len(getattr(batch, name)) != r + 1:
-            raise ValueError(f"{name} has {len(getattr(batch, name))} entries for {r} requests")
-    if len(batch.kv_last_page_len) != r:
-        raise ValueError(f"kv_last_page_len has {len(batch.kv_last_page_len)} entries for {r} requests")
-    qo = batch.qo_indptr
-    if int(qo[0]) != 0 or int(qo[-1]) != n or (np.diff(qo) < 1).any():
-        raise ValueError("qo_indptr must start at 0, end at the token count and give each request >= 1 token")
-    if batch.token_ids.min() < 0 or batch.token_ids.max() >= vocab_size:
-        raise ValueError(f"token ids must be in [0, {vocab_size})")
-    pages = batch.kv_page_indices
-    if pages.size and (pages.min() < 0 or pages.max() >= num_pages):
-        raise ValueError(f"kv_page_indices must be in [0, {num_pages})")
-    if int(batch.kv_page_indptr[-1]) != len(pages) or int(batch.mask_indptr[-1]) != len(batch.mask_data):
-        raise ValueError("kv_page_indptr and mask_indptr must end at the lengths of the arrays they index")
-    if (np.diff(batch.kv_page_indptr) < 1).any():
-        raise ValueError("every request needs at least one KV page")
-    last = batch.kv_last_page_len
-    if (last < 1).any() or (last > page_size).any():
-        raise ValueError(f"kv_last_page_len must be in [1, {page_size}]")
-    rows = np.concatenate([batch.sample_rows, batch.probe_rows])
-    if rows.size and (rows.min() < 0 or rows.max() >= n):
-        raise ValueError(f"sample and probe rows must index the {n} input tokens")
 
 
 def _sliding(
@@ -164,7 +127,7 @@ def build_layout(
     """Compute attention masks and decode groups for the batch.
 
     Args:
-        batch: The forward batch (already checked with :func:`check_batch`).
+        batch: The forward batch (already checked with :func:`pie_core.backend_kit.check_batch`).
         targets: Its write targets, from :func:`write_targets`.
         pos: The device pool's slot positions ``[pages, page_size]``, after this pass's writes.
         page_size: Slots per page.

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pie_core import lora
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec, lora
 
 __all__ = ["LowRank", "LayerDeltas", "TokenGroup", "fuse", "token_groups", "add_deltas"]
 
@@ -76,7 +74,7 @@ def _fuse_projection(
 
 
 def fuse(spec: ModelSpec, tensors: dict[str, np.ndarray], scaling: float) -> tuple[LayerDeltas, ...]:
-    """Lay an adapter's tensors (checked with :func:`pie_core.lora.check_tensors`) out per layer.
+    """Lay an adapter's tensors (checked with :func:`pie_core.backend_kit.lora.check_tensors`) out per layer.
 
     Returns:
         One :class:`LayerDeltas` per layer of ``spec``.

@@ -13,8 +13,7 @@ import math
 
 import numpy as np
 
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec
 
 from pie_backend_cpu.attention import attend
 from pie_backend_cpu.kv_store import KvStore

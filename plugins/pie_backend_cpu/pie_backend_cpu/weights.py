@@ -13,7 +13,7 @@ from typing import Iterable
 
 import numpy as np
 
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ModelSpec
 
 __all__ = ["LayerWeights", "ModelWeights", "build_weights"]
 
@@ -118,7 +118,7 @@ def build_weights(spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]]) ->
 
     Args:
         spec: The architecture the weights belong to.
-        weights: Canonical-name pairs (see ``pie_core.models.spec``); consumed once.
+        weights: Canonical-name pairs (see ``pie_core.backend_kit.ModelSpec``); consumed once.
 
     Returns:
         The model's weights.

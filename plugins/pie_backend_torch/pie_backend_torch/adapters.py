@@ -1,4 +1,4 @@
-"""The adapters a torch backend holds (:class:`pie_core.adapter_bank.AdapterBank`), fused on the
+"""The adapters a torch backend holds (:class:`pie_core.backend_kit.AdapterBank`), fused on the
 device by :func:`~pie_backend_torch.lora_weights.fuse`.
 
 Perturbed zo weights are drawn on the host and uploaded once per ``(adapter, seed)``. The weights
@@ -15,9 +15,7 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-from pie_core.adapter_bank import AdapterBank
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import AdapterBank, ForwardBatch, ModelSpec
 
 from pie_backend_torch.lora_step import LoraStep, Stacked, stack
 from pie_backend_torch.lora_weights import LayerLora, fuse
@@ -65,7 +63,7 @@ class AdapterStore(AdapterBank[tuple[LayerLora, ...]]):
         """The deltas of the batch's adapter groups (None when no request has an adapter).
 
         Raises:
-            ValueError: As :meth:`~pie_core.adapter_bank.AdapterBank.check_batch`.
+            ValueError: As :meth:`~pie_core.backend_kit.AdapterBank.check_batch`.
         """
         r = batch.num_requests
         ids, seeds = np.asarray(batch.adapter_ids), np.asarray(batch.zo_seeds)

@@ -8,23 +8,26 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from pie_core.hookspec import (
+from pie_core.backend_kit import (
     CONTRACT_VERSION,
+    AdapterHooks,
     BackendInfo,
     BackendOptions,
     BatchOutput,
     Capabilities,
     CopyKind,
     ForwardBatch,
+    ModelSpec,
+    check_batch,
+    device_pool_pages,
+    hidden_rows,
     hookimpl,
+    host_pool_pages,
+    logit_rows,
 )
-from pie_core.adapter_bank import AdapterHooks
-from pie_core.models.spec import ModelSpec
-from pie_core.sampling import hidden_rows, logit_rows
 
 from pie_backend_torch.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS, AdapterStore
 from pie_backend_torch.kv_cache import KvCache, page_bytes
-from pie_backend_torch.layout import check_batch
 from pie_backend_torch.model import Transformer
 from pie_backend_torch.options import TorchConfig, resolve_options
 from pie_backend_torch.sampling import Drawer, Masker, draw, sample_and_probe
@@ -37,8 +40,6 @@ __all__ = [
     "MAX_BATCH_REQUESTS",
     "MAX_SAMPLE_ROWS",
     "MAX_MASK_BYTES",
-    "DEFAULT_HOST_PAGES",
-    "MAX_BUDGET_PAGES",
     "MAX_ADAPTERS",
     "MAX_ADAPTER_RANK",
 ]
@@ -51,10 +52,6 @@ MAX_SAMPLE_ROWS = 4096
 """Most sample rows in one forward (each may draw several tokens)."""
 MAX_MASK_BYTES = 1 << 28
 """Most custom attention-mask entries (one byte each) in one forward."""
-DEFAULT_HOST_PAGES = 64
-"""Host pool size when ``BackendOptions.host_pages`` is 0."""
-MAX_BUDGET_PAGES = 1 << 16
-"""Cap on a pool sized from ``kv_memory_bytes``."""
 FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload", "adapters", "zo"})
 
 
@@ -109,11 +106,13 @@ class TorchBackend(AdapterHooks):
 
         ``options.dtype`` ``"auto"`` picks bfloat16 where the CPU (or GPU) computes it natively,
         with weight-only int4 for small batches on a CPU; ``options.extra`` is described in
-        :mod:`pie_backend_torch.options`. The device pool has ``options.kv_pages`` pages, or as
-        many as fit in ``options.kv_memory_bytes`` (at most ``MAX_BUDGET_PAGES``) when that is 0.
+        :mod:`pie_backend_torch.options`. The pools are sized as
+        :func:`~pie_core.backend_kit.device_pool_pages` and
+        :func:`~pie_core.backend_kit.host_pool_pages` say.
 
         Raises:
-            ValueError: A weight is missing or misshapen, or an option is unknown or unavailable.
+            ValueError: A weight is missing or misshapen, an option is unknown or unavailable, or
+                the pool options hold no page.
         """
         config = resolve_options(options)
         if options.page_size < 1:
@@ -121,10 +120,8 @@ class TorchBackend(AdapterHooks):
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         per_page = page_bytes(spec.num_layers, options.page_size, spec.num_kv_heads, spec.head_dim, config.dtype)
-        num_pages = options.kv_pages or min(options.kv_memory_bytes // per_page, MAX_BUDGET_PAGES)
-        if num_pages < 1:
-            raise ValueError(f"kv_memory_bytes={options.kv_memory_bytes} holds no page of {per_page} bytes; raise it")
-        host_pages = options.host_pages or DEFAULT_HOST_PAGES
+        num_pages = device_pool_pages(options, per_page)
+        host_pages = host_pool_pages(options)
         with torch.inference_mode():
             model_weights = load_weights(spec, weights, config)
         cache = KvCache(

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from pie_core.hookspec import ForwardBatch
+from pie_core.backend_kit import ForwardBatch
 
 from pie_backend_torch.layout import write_slots
 from pie_backend_torch.rope import device_rotation

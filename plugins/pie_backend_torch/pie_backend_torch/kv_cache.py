@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pie_core.hookspec import CopyKind
+from pie_core.backend_kit import CopyKind
 
 __all__ = ["KvPool", "KvCache", "page_bytes"]
 

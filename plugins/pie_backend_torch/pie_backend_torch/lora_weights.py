@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pie_core import lora
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ModelSpec, lora
 
 __all__ = ["PROJECTIONS", "QKV", "ATTN_OUTPUT", "GATE_UP", "FFN_DOWN", "LowRank", "LayerLora", "fuse"]
 
@@ -88,7 +87,7 @@ def _fuse_projection(
 def fuse(
     spec: ModelSpec, tensors: dict[str, np.ndarray], scaling: float, dtype: torch.dtype, device: torch.device
 ) -> tuple[LayerLora, ...]:
-    """Lay an adapter's tensors (checked with :func:`pie_core.lora.check_tensors`) out per layer
+    """Lay an adapter's tensors (checked with :func:`pie_core.backend_kit.lora.check_tensors`) out per layer
     and upload them.
 
     Returns:

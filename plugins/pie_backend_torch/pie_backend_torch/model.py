@@ -17,8 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec
 
 from pie_backend_torch.attention import attend
 from pie_backend_torch.kv_cache import KvCache

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from pie_core.hookspec import BackendOptions
+from pie_core.backend_kit import BackendOptions
 
 __all__ = ["TorchConfig", "resolve_options", "DTYPES", "QUANT_KINDS", "LARGE_KINDS"]
 

@@ -1,4 +1,4 @@
-"""Samplers and probes on the device, with the semantics of :mod:`pie_core.sampling`.
+"""Samplers and probes on the device, with the semantics of :mod:`pie_core.backend_kit.sampling`.
 
 Every sampler row is handled in one vectorised pass over the batch's rows: logit masks are
 unpacked on the device, supports (top-k, top-p, min-p, top-k-top-p, multinomial) are boolean
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from pie_core.hookspec import BatchOutput, ForwardBatch, ProbeKind, SamplerKind
+from pie_core.backend_kit import BatchOutput, ForwardBatch, ProbeKind, SamplerKind
 
 __all__ = ["unpack_masks", "top_k_mask", "nucleus_size", "support", "draw", "Drawer", "Masker", "sample_and_probe"]
 
@@ -252,7 +252,7 @@ def sample_and_probe(
 
     Args:
         batch: The forward batch.
-        rows: Sorted token indices whose logits are given (``pie_core.sampling.logit_rows``).
+        rows: Sorted token indices whose logits are given (``pie_core.backend_kit.sampling.logit_rows``).
         logits: float32 ``[len(rows), vocab]`` on the device.
         rng: Source of fresh randomness for rows with seed 0.
         hidden: float32 ``[len(hidden_rows), hidden]`` final hidden states (EMBEDDING probes).
@@ -262,7 +262,7 @@ def sample_and_probe(
             None unpacks them with torch ops.
 
     Returns:
-        Sampled tokens and probe values, as :func:`pie_core.sampling.sample_and_probe` gives.
+        Sampled tokens and probe values, as :func:`pie_core.backend_kit.sampling.sample_and_probe` gives.
 
     Raises:
         ValueError: A row allows no token, or a kind is unknown.

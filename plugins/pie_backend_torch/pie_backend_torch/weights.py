@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ModelSpec
 
 from pie_backend_torch.linear import Linear, layer_tensors, quantise, rebuild_layer
 from pie_backend_torch.options import TorchConfig

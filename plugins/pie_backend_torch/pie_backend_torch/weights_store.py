@@ -20,8 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from pie_core.models.spec import ModelSpec
-from pie_core.models.weights_cache import cache_dir
+from pie_core.backend_kit import ModelSpec, weights_cache_dir
 
 from pie_backend_torch.linear import INT4_GROUP
 from pie_backend_torch.options import TorchConfig
@@ -38,7 +37,7 @@ def store_path(config: TorchConfig) -> Path:
     """The file holding the derived weights for ``config`` (which names them by ``weights_key``)."""
     large = config.quant_large if config.quant_max_tokens > 0 else "nolarge"
     variant = f"{config.dtype_name}-{config.quant}-{large}-g{INT4_GROUP}-torch{torch.__version__}-v{_LAYOUT}"
-    return cache_dir() / "torch" / f"{config.weights_key}-{variant}.safetensors"
+    return weights_cache_dir() / "torch" / f"{config.weights_key}-{variant}.safetensors"
 
 
 def _fingerprint(spec: ModelSpec) -> dict[str, str]:

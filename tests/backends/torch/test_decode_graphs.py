@@ -12,7 +12,7 @@ pytest.importorskip("triton")  # xgrammar brings it to every install
 from backend_testkit import kv_request, probe_logits, run  # noqa: E402
 from pie_backend_torch.cuda_graphs import DecodeGraphs, EagerCapture  # noqa: E402
 from pie_core.hookspec import ProbeKind  # noqa: E402
-from pie_core.sampling import hidden_rows, logit_rows  # noqa: E402
+from pie_core.backend_kit.sampling import hidden_rows, logit_rows  # noqa: E402
 from pie_core.scheduler.assemble import assemble  # noqa: E402
 from pie_core.scheduler.request import ProbeSpec  # noqa: E402
 from torch_testkit import load_torch, spec_of  # noqa: E402

@@ -2,7 +2,7 @@
 
 A request running an adapter gives the logits of the base model with that adapter merged into its
 weights (``W + scaling * B @ A``), whichever other adapters, zo seeds and plain requests share its
-batch; a zo seed runs the merged weights of :func:`pie_core.lora.perturbed`. The adapter hooks
+batch; a zo seed runs the merged weights of :func:`pie_core.backend_kit.lora.perturbed`. The adapter hooks
 keep what they are given, and refuse what breaks the contract without changing anything.
 Numerics run in float32 with dense weights (tight tolerance), and once in the default mode.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from backend_testkit import kv_request, probe_logits, random_weights, run
 from pie_backend_torch.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS
-from pie_core import lora
+from pie_core.backend_kit import lora
 from torch_testkit import load_torch, spec_of
 
 PAGE = 4

@@ -1,4 +1,4 @@
-"""The torch backend's device samplers and probes give what ``pie_core.sampling`` gives.
+"""The torch backend's device samplers and probes give what ``pie_core.backend_kit.sampling`` gives.
 
 Each test assembles one batch the way the core does, with many rows of every sampler kind
 (random parameters, logit masks, ties, several draws) and every probe kind, hands the same
@@ -17,7 +17,7 @@ pytest.importorskip("triton")  # xgrammar brings it to every install
 
 from pie_backend_torch.sampling import draw, sample_and_probe  # noqa: E402
 from pie_backend_torch.triton_kernels.sampling import apply_packed_mask, triton_draw  # noqa: E402
-from pie_core import sampling as reference  # noqa: E402
+from pie_core.backend_kit import sampling as reference  # noqa: E402
 from pie_core.hookspec import ProbeKind, SamplerKind  # noqa: E402
 from pie_core.scheduler.assemble import assemble  # noqa: E402
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, SampleSpec  # noqa: E402

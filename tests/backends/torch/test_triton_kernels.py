@@ -3,7 +3,7 @@ interpreter (``TRITON_INTERPRET=1``, set by this folder's conftest): random inpu
 masks with rows that see nothing, odd page counts and partial last pages, GQA groups that are
 not powers of two, head sizes that need padding, sliding windows, soft-capping, fp32 and bf16.
 
-(The sampling and logit-mask kernels are checked against ``pie_core.sampling`` in
+(The sampling and logit-mask kernels are checked against ``pie_core.backend_kit.sampling`` in
 ``test_torch_sampling.py``.)
 """
 

@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from pie_backend_cpu import CpuBackend
-from pie_core.hookspec import (
+from pie_core.backend_kit import (
     CONTRACT_VERSION,
     BackendInfo,
     BackendOptions,
@@ -23,10 +23,10 @@ from pie_core.hookspec import (
     Capabilities,
     CopyKind,
     ForwardBatch,
+    ModelSpec,
     ProbeKind,
     hookimpl,
 )
-from pie_core.models.spec import ModelSpec
 
 __all__ = ["ExampleBackend"]
 

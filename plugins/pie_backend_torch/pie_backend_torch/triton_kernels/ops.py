@@ -9,8 +9,7 @@ import numpy as np
 import torch
 import triton
 
-from pie_core.hookspec import ForwardBatch
-from pie_core.models.spec import ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec
 
 from pie_backend_torch.kv_cache import KvCache
 from pie_backend_torch.layout import kv_lengths

@@ -1,7 +1,7 @@
 """Sampling on the device in Triton: logit masks, temperature, top-k / top-p / min-p supports and
 inverse-CDF draws, one program per sample row, without sorting the vocabulary.
 
-The support follows :mod:`pie_core.sampling` exactly in structure: the top-k cut is the k-th
+The support follows :mod:`pie_core.backend_kit.sampling` exactly in structure: the top-k cut is the k-th
 largest probability (found by bisection on its float bits, so it is exact), ties at the cut go
 to the lower ids; the nucleus cut is the largest probability ``T`` whose "p >= T" mass reaches
 ``top_p`` (inside the top-k set for TOP_K_TOP_P), topped up with as few tokens equal to ``T`` as

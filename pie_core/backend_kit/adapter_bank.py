@@ -2,11 +2,11 @@
 tensors, scaling and zo sigma per id, with each backend's own fused form.
 
 A backend gives a ``fuse(tensors, scaling)`` that turns an adapter's tensors (as
-:mod:`pie_core.lora` names them) into what its forward runs. :class:`AdapterBank` implements
+:mod:`pie_core.backend_kit.lora` names them) into what its forward runs. :class:`AdapterBank` implements
 ``create / load / save / destroy / zo`` on top of it, checks a batch's ``adapter_ids`` and
 ``zo_seeds`` (:meth:`AdapterBank.check_batch`), and hands the forward the fused weights of an
 ``(adapter, zo seed)`` group (:meth:`AdapterBank.fused`): the mean's, or
-:func:`pie_core.lora.perturbed` of it, cached per group in a small LRU that is dropped whenever the
+:func:`pie_core.backend_kit.lora.perturbed` of it, cached per group in a small LRU that is dropped whenever the
 adapter is loaded, moved or destroyed (subclasses with caches of their own extend
 :meth:`AdapterBank.dropped`). Every method checks its arguments before changing anything, so a
 refused call leaves the adapter as it was.
@@ -21,7 +21,7 @@ from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
-from pie_core import lora
+from pie_core.backend_kit import lora
 from pie_core.hookspec import ForwardBatch, hookimpl
 from pie_core.models.spec import ModelSpec
 
@@ -96,7 +96,7 @@ class AdapterBank(Generic[Fused]):
 
         Raises:
             ValueError: Unknown id, non-finite ``scaling``, or a tensor failing
-                :func:`pie_core.lora.check_tensors`.
+                :func:`pie_core.backend_kit.lora.check_tensors`.
         """
         adapter = self._get(adapter_id)
         scaling = _check_scaling(adapter_id, scaling)
@@ -126,7 +126,7 @@ class AdapterBank(Generic[Fused]):
         del self._held[adapter_id]
 
     def zo(self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray) -> None:
-        """Move the mean by ``sum_i coefficients[i] * zo_noise(seeds[i])`` (:func:`pie_core.lora.moved`)
+        """Move the mean by ``sum_i coefficients[i] * zo_noise(seeds[i])`` (:func:`pie_core.backend_kit.lora.moved`)
         and set the perturbation scale ``sigma``.
 
         Raises:
@@ -256,7 +256,7 @@ class AdapterHooks:
 
     @hookimpl
     def pie_backend_adapter_zo(self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray) -> None:
-        """Move a held adapter's mean (:func:`pie_core.lora.moved`) and set its zo ``sigma``.
+        """Move a held adapter's mean (:func:`pie_core.backend_kit.lora.moved`) and set its zo ``sigma``.
 
         Raises:
             RuntimeError: No model is loaded yet.

@@ -4,7 +4,7 @@ It needs no weights and keeps no KV. Logits are a deterministic function of each
 (token id, position): a fixed pseudo-random vocabulary row rotated by a hash of the pair, so
 equal inputs give equal outputs in every run. Embeddings (EMBEDDING probes) are the same kind
 of function: a fixed pseudo-random ``hidden_size`` row of unit RMS, rotated by that hash.
-Sampling and probes follow the reference semantics of :mod:`pie_core.sampling`, so logit
+Sampling and probes follow the reference semantics of :mod:`pie_core.backend_kit.sampling`, so logit
 masks, seeds and every sampler and probe kind behave exactly as on a real backend.
 Adapters are held (created, loaded, saved, moved by zo, destroyed, refused when unknown) as the
 contract says, but they do not change the logits: there are no weights to adapt.
@@ -17,7 +17,9 @@ from typing import Iterable
 
 import numpy as np
 
-from pie_core.adapter_bank import AdapterBank, AdapterHooks
+from pie_core.backend_kit.adapter_bank import AdapterBank, AdapterHooks
+from pie_core.backend_kit.pools import host_pool_pages
+from pie_core.backend_kit.sampling import hidden_rows, logit_rows, sample_and_probe
 from pie_core.hookspec import (
     CONTRACT_VERSION,
     BackendInfo,
@@ -29,12 +31,10 @@ from pie_core.hookspec import (
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
-from pie_core.sampling import hidden_rows, logit_rows, sample_and_probe
 
 __all__ = ["DummyBackend", "dummy_logits", "dummy_embeddings"]
 
 DEFAULT_PAGES = 4096
-DEFAULT_HOST_PAGES = 64
 _TABLE_SEED = 0x5EED
 
 
@@ -136,7 +136,11 @@ class DummyBackend(AdapterHooks):
         """Take the vocabulary size from ``spec``; the weights are ignored (never read).
 
         The pools have ``options.kv_pages`` (``DEFAULT_PAGES`` when 0) and
-        ``options.host_pages`` (``DEFAULT_HOST_PAGES`` when 0) pages; they store nothing.
+        ``options.host_pages`` (:func:`~pie_core.backend_kit.pools.host_pool_pages`) pages; they
+        store nothing.
+
+        Raises:
+            ValueError: ``page_size`` or ``host_pages`` is out of range.
         """
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
@@ -146,7 +150,7 @@ class DummyBackend(AdapterHooks):
         self._caps = Capabilities(
             page_size=options.page_size,
             num_pages=options.kv_pages or DEFAULT_PAGES,
-            num_host_pages=options.host_pages or DEFAULT_HOST_PAGES,
+            num_host_pages=host_pool_pages(options),
             vocab_size=spec.vocab_size,
             max_batch_tokens=1 << 16,
             max_batch_requests=4096,
