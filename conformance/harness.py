@@ -9,13 +9,14 @@ the NumPy reference backend (entry point ``cpu``) with the same random weights.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import pluggy
+import pytest
 
-from pie_core.errors import NotFound, Unsupported
+from pie_core.errors import ContractError, NotFound, Unsupported
 from pie_core.hookspec import BackendInfo, BackendOptions
 from pie_core.plugins import available_backends, bind_plugin
 
@@ -24,7 +25,7 @@ from conformance.adapters import merged
 from conformance.models import ARCHITECTURES, random_weights, tiny_spec
 from conformance.tolerances import Tolerance, tolerance_for
 
-__all__ = ["SuiteOptions", "Harness", "resolve_factory", "REFERENCE_BACKEND", "KNOWN_FEATURES"]
+__all__ = ["SuiteOptions", "Harness", "require_installed", "resolve_factory", "REFERENCE_BACKEND", "KNOWN_FEATURES"]
 
 REFERENCE_BACKEND = "cpu"
 """Entry-point name of the numerical oracle."""
@@ -50,6 +51,8 @@ class SuiteOptions:
         archs: Architectures the numeric cases run on.
         numerics: ``"auto"`` (on unless the backend is the weightless dummy), ``"on"`` or ``"off"``.
         atol, rtol: Override the declared tolerance of the backend's dtype.
+        extra: ``BackendOptions.extra`` for the backend under test (``--backend-option
+            KEY=VALUE``); the NumPy reference never gets it.
     """
 
     backend: str
@@ -60,6 +63,7 @@ class SuiteOptions:
     numerics: str = "auto"
     atol: float | None = None
     rtol: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.archs if a not in ARCHITECTURES]
@@ -71,6 +75,20 @@ class SuiteOptions:
             raise ValueError(f"--pie-page-size must be >= 1, got {self.page_size}")
 
 
+def require_installed(name: str) -> None:
+    """Check that an entry-point name belongs to an installed backend (an import path always passes).
+
+    Raises:
+        NotFound: No such entry point (the message lists the installed ones).
+    """
+    if ":" in name:
+        return
+    backends = available_backends()
+    if name not in backends:
+        names = ", ".join(sorted(backends)) or "none"
+        raise NotFound(f"unknown backend {name!r}; installed backends: {names}")
+
+
 def resolve_factory(name: str) -> Callable[[], Any]:
     """The zero-argument factory of a backend named by entry point or ``module:attr`` path.
 
@@ -78,17 +96,30 @@ def resolve_factory(name: str) -> Callable[[], Any]:
         NotFound: No such entry point (the message lists the installed ones).
         ImportError, AttributeError: The import path does not resolve.
     """
+    require_installed(name)
     if ":" in name:
         module, _, attr = name.partition(":")
         target: Any = importlib.import_module(module)
         for part in attr.split("."):
             target = getattr(target, part)
         return target  # type: ignore[no-any-return]
-    backends = available_backends()
-    if name not in backends:
-        names = ", ".join(sorted(backends)) or "none"
-        raise NotFound(f"unknown backend {name!r}; installed backends: {names}")
-    return backends[name].entry_point.load()  # type: ignore[no-any-return]
+    return available_backends()[name].entry_point.load()  # type: ignore[no-any-return]
+
+
+def _reference_factory() -> Callable[[], Any]:
+    try:
+        return resolve_factory(REFERENCE_BACKEND)
+    except NotFound as exc:
+        raise RuntimeError(
+            "the numeric cases compare against the NumPy reference backend, which is not installed: "
+            "pip install pie-backend-cpu (or turn them off: pie conformance --numerics off, "
+            "pytest --pie-numerics off)"
+        ) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "(no message)"
 
 
 class Harness:
@@ -99,6 +130,8 @@ class Harness:
         self._factory: Callable[[], Any] | None = None
         self._models: dict[tuple[str, int, int, bool], LoadedModel] = {}
         self._info: BackendInfo | None = None
+        self.error: str | None = None
+        """Why the backend did not bind or load (set by :meth:`check`); the cases then do not run."""
 
     @property
     def name(self) -> str:
@@ -119,6 +152,47 @@ class Harness:
             self._info = self.bind().hook.pie_backend_info()
         return self._info
 
+    def check(self) -> str | None:
+        """Bind the backend and load its first tiny model once, before any case runs.
+
+        A backend that cannot do this would fail every case with the same traceback; the suite
+        reports this one line instead (and :attr:`error` keeps it).
+
+        Returns:
+            None when the backend binds and loads (or declines the architecture with
+            ``Unsupported``, which the cases report as not supported), else one line naming the
+            backend and the cause.
+        """
+        self.error = self._first_failure()
+        return self.error
+
+    def _first_failure(self) -> str | None:
+        try:
+            self.info()
+        except ContractError as exc:  # its message names the backend and the hook or version
+            return _one_line(exc)
+        except Exception as exc:
+            return f"backend {self.name!r} did not load: {type(exc).__name__}: {_one_line(exc)}"
+        if self.numeric:
+            try:
+                _reference_factory()
+            except RuntimeError as exc:  # not installed: the message says what to install
+                return str(exc)
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {_one_line(exc)}"
+                return f"the NumPy reference backend {REFERENCE_BACKEND!r} did not load: {why}"
+        arch = self.options.archs[0]
+        try:
+            self.model(arch)
+        except pytest.skip.Exception:
+            pass  # the architecture is not supported: the cases say so
+        except Exception as exc:
+            return (
+                f"backend {self.name!r} failed to load the tiny {arch} model: "
+                f"{type(exc).__name__}: {_one_line(exc)}"
+            )
+        return None
+
     @property
     def numeric(self) -> bool:
         """Whether the numeric surfaces run (they compare against the NumPy reference)."""
@@ -130,15 +204,15 @@ class Harness:
         return not (isinstance(factory, type) and issubclass(factory, DummyBackend))
 
     def backend_options(self, kv_pages: int, host_pages: int) -> BackendOptions:
-        extra: dict[str, Any] = {}
-        if self.options.dtype is not None:
-            extra["dtype"] = self.options.dtype
+        """What the backend under test is loaded with (``--backend-option`` in ``extra``)."""
+        dtype: dict[str, Any] = {} if self.options.dtype is None else {"dtype": self.options.dtype}
         return BackendOptions(
             device=self.options.device,
             page_size=self.options.page_size,
             kv_pages=kv_pages,
             host_pages=host_pages,
-            **extra,
+            extra=dict(self.options.extra),
+            **dtype,
         )
 
     def model(self, arch: str | None = None) -> LoadedModel:
@@ -182,13 +256,7 @@ class Harness:
         return tolerance_for(dtype, self.options.atol, self.options.rtol)
 
     def _reference(self, arch: str, kv_pages: int, host_pages: int) -> LoadedModel:
-        try:
-            factory = resolve_factory(REFERENCE_BACKEND)
-        except NotFound as exc:
-            raise RuntimeError(
-                "the numeric surfaces compare against the NumPy reference backend: "
-                "pip install pie-backend-cpu (or pass --pie-numerics off)"
-            ) from exc
+        factory = _reference_factory()
         spec = tiny_spec(arch)
         pm = bind_plugin(factory(), REFERENCE_BACKEND)
         options = BackendOptions(
@@ -201,7 +269,7 @@ class Harness:
         """The NumPy reference of ``model``'s architecture with an adapter merged into its
         weights (see :mod:`conformance.adapters`); a fresh instance each call, with ``model``'s
         pool size so the same page ids work on both."""
-        factory = resolve_factory(REFERENCE_BACKEND)
+        factory = _reference_factory()
         spec = model.spec
         pm = bind_plugin(factory(), REFERENCE_BACKEND)
         options = BackendOptions(page_size=self.options.page_size, kv_pages=model.caps.num_pages, host_pages=1)
@@ -217,6 +285,11 @@ class Harness:
     def describe(self) -> dict[str, Any]:
         """What the report header shows; never raises (a broken backend shows its error)."""
         out: dict[str, Any] = {"device": self.options.device}
+        if self.options.extra:
+            out["options"] = dict(self.options.extra)
+        if self.error is not None:
+            out["error"] = self.error
+            return out
         try:
             info = self.info()
             out.update(version=info.version, contract=info.contract_version)

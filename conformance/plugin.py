@@ -8,7 +8,12 @@ suite with::
 
 Options: ``--pie-backend`` (entry-point name or ``module:Factory``), ``--pie-device``,
 ``--pie-dtype``, ``--pie-page-size``, ``--pie-arch`` (repeatable), ``--pie-numerics``
-(auto/on/off), ``--pie-atol``/``--pie-rtol`` and ``--pie-report`` (JSON path).
+(auto/on/off), ``--pie-atol``/``--pie-rtol``, ``--pie-backend-option KEY=VALUE`` (repeatable,
+``BackendOptions.extra`` of the backend under test) and ``--pie-report`` (JSON path).
+
+The backend is bound and its first tiny model loaded once, when the session is configured. If
+that fails, no case runs: the report names the backend and the cause in one line and counts
+every case as failed ("not run"), and the exit code is 1.
 
 Fixtures: ``pie_conformance`` (the session's :class:`~conformance.harness.Harness`) and
 ``pie_arch`` (parametrised over the selected architectures).
@@ -47,6 +52,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--pie-atol", type=float, default=None, help="override the dtype's absolute tolerance")
     group.addoption("--pie-rtol", type=float, default=None, help="override the dtype's relative tolerance")
+    group.addoption(
+        "--pie-backend-option", metavar="KEY=VALUE", action="append", default=[],
+        help="BackendOptions.extra of the backend under test, not of the reference (repeatable; "
+        "true/false and integers are converted)",
+    )
     group.addoption("--pie-report", metavar="PATH", default=None, help="also write the report as JSON")
 
 
@@ -54,13 +64,31 @@ def pytest_configure(config: pytest.Config) -> None:
     backend = config.getoption("--pie-backend", default=None)
     if not backend:
         return
-    from conformance.harness import resolve_factory
+    from conformance.harness import Harness, SuiteOptions, require_installed
+    from pie_core.cli.backend_args import parse_backend_options
 
     try:
-        resolve_factory(backend)
-    except (LookupError, ImportError, AttributeError) as exc:
+        require_installed(backend)
+    except LookupError as exc:
         raise pytest.UsageError(f"--pie-backend {backend}: {exc}") from exc
-    config.pluginmanager.register(_Reporter(config), "pie-conformance-reporter")
+    try:
+        options = SuiteOptions(
+            backend=backend,
+            device=config.getoption("--pie-device"),
+            dtype=config.getoption("--pie-dtype"),
+            page_size=config.getoption("--pie-page-size"),
+            archs=tuple(config.getoption("--pie-arch") or _ARCHS),
+            numerics=config.getoption("--pie-numerics"),
+            atol=config.getoption("--pie-atol"),
+            rtol=config.getoption("--pie-rtol"),
+            extra=parse_backend_options(config.getoption("--pie-backend-option"), flag="--pie-backend-option"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    harness = Harness(options)
+    harness.check()
+    config.stash[_HARNESS] = harness
+    config.pluginmanager.register(_Reporter(config, harness), "pie-conformance-reporter")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -81,27 +109,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def pie_conformance(request: pytest.FixtureRequest) -> Harness:
-    """The harness of the backend under test (``--pie-backend``)."""
-    from conformance.harness import SuiteOptions
-
-    config = request.config
-    if _HARNESS in config.stash:
-        return config.stash[_HARNESS]
-    from conformance.harness import Harness
-
-    options = SuiteOptions(
-        backend=config.getoption("--pie-backend"),
-        device=config.getoption("--pie-device"),
-        dtype=config.getoption("--pie-dtype"),
-        page_size=config.getoption("--pie-page-size"),
-        archs=tuple(config.getoption("--pie-arch") or _ARCHS),
-        numerics=config.getoption("--pie-numerics"),
-        atol=config.getoption("--pie-atol"),
-        rtol=config.getoption("--pie-rtol"),
-    )
-    harness = Harness(options)
-    config.stash[_HARNESS] = harness
-    return harness
+    """The harness of the backend under test (``--pie-backend``), made when the session was configured."""
+    return request.config.stash[_HARNESS]
 
 
 def _surface(item: pytest.Item) -> str:
@@ -126,17 +135,25 @@ def _reason(report: pytest.TestReport) -> str:
 class _Reporter:
     """Collects outcomes by surface and prints/writes the report at the end of the session."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, harness: Harness) -> None:
         from conformance.report import SuiteReport
 
         self.config = config
-        self.report: SuiteReport = SuiteReport(backend=config.getoption("--pie-backend"))
+        self.harness = harness
+        self.report: SuiteReport = SuiteReport(backend=harness.name)
         self.surfaces: dict[str, str] = {}
 
+    @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if "pie_conformance" in getattr(item, "fixturenames", ()):
                 self.surfaces[item.nodeid] = _surface(item)
+        if self.harness.error is None:
+            return
+        for item in items:  # every case would fail on the same error: count them, run none
+            if item.nodeid in self.surfaces:
+                self.report.not_run(item.nodeid, self.surfaces[item.nodeid], "the backend did not load (error above)")
+        items[:] = [item for item in items if item.nodeid not in self.surfaces]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         surface = self.surfaces.get(report.nodeid)
@@ -146,18 +163,19 @@ class _Reporter:
         self.report.record(report.nodeid, surface, report.when, report.outcome, reason, report.duration)
 
     def _finish(self) -> SuiteReport:
-        harness = self.config.stash.get(_HARNESS, None)
-        if harness is not None and not self.report.header:
-            self.report.header = harness.describe()
+        if not self.report.header:
+            self.report.header = self.harness.describe()
         return self.report
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.harness.error is not None:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         path = self.config.getoption("--pie-report")
         if path:
             self._finish().write_json(path)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.report.cases:
+        if not self.report.cases and self.harness.error is None:
             return
         text = self._finish().render(
             width=max(80, self.config.get_terminal_writer().fullwidth), color=terminalreporter.hasmarkup

@@ -1,8 +1,8 @@
 """The coverage report: every case's outcome grouped by surface, as a rich table and as JSON.
 
-Outcomes are ``passed``, ``failed`` (a failed check, or an error in setup or teardown) and
-``not supported`` (any skip: a feature the backend does not declare, or numerics turned off).
-A skipped case is never counted as passed.
+Outcomes are ``passed``, ``failed`` (a failed check, an error in setup or teardown, or a case
+not run because the backend did not bind or load) and ``not supported`` (any skip: a feature the
+backend does not declare, or numerics turned off). A skipped case is never counted as passed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["SURFACES", "CaseResult", "SuiteReport"]
+__all__ = ["SURFACES", "NOT_RUN", "CaseResult", "SuiteReport"]
 
 SURFACES = (
     "contract",
@@ -36,6 +36,9 @@ SURFACES = (
 """Surfaces in report order (one module of cases each)."""
 
 OUTCOMES = ("passed", "failed", "not_supported")
+
+NOT_RUN = "not run: "
+"""Reason prefix of the cases counted as failed without running (the backend did not load)."""
 
 
 @dataclass(slots=True)
@@ -67,6 +70,10 @@ class SuiteReport:
             result.outcome, result.reason = "failed", reason
         elif outcome == "skipped":
             result.outcome, result.reason = "not_supported", reason
+
+    def not_run(self, case: str, surface: str, why: str) -> None:
+        """Count a case that never ran as failed, with the reason ``not run: why``."""
+        self.cases[case] = CaseResult(case, surface, "failed", NOT_RUN + why)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """``{surface: {outcome: count}}`` in report order (surfaces with no cases left out)."""
@@ -100,11 +107,15 @@ class SuiteReport:
         facts = [f"{k} {h[k]}" for k in ("version", "contract", "device", "dtype", "numerics") if h.get(k)]
         if h.get("tolerance"):
             facts.append(f"tolerance {h['tolerance']}")
-        console.print(f"Pie conformance: {self.backend}  ({' · '.join(facts)})", markup=False, highlight=False)
+        if h.get("options"):
+            facts.append("options " + " ".join(f"{k}={v}" for k, v in h["options"].items()))
+        console.print(
+            f"Pie conformance: {self.backend}  ({' · '.join(facts)})", markup=False, highlight=False, soft_wrap=True
+        )
         if "features" in h:
             console.print(f"declared features: {', '.join(h['features']) or 'none'}", markup=False, highlight=False)
-        if h.get("error"):
-            console.print(f"backend error: {h['error']}", style="red", markup=False, highlight=False)
+        if h.get("error"):  # one line, however wide
+            console.print(f"error: {h['error']}", style="red", markup=False, highlight=False, soft_wrap=True)
         table = Table()
         table.add_column("surface")
         table.add_column("passed", justify="right", style="green")
@@ -116,11 +127,17 @@ class SuiteReport:
         table.add_section()
         table.add_row("total", str(t["passed"]), str(t["failed"]), str(t["not_supported"]), style="bold")
         console.print(table)
-        failed = [c for c in self.cases.values() if c.outcome == "failed"]
-        if failed:
+        failed = [c for c in self.cases.values() if c.outcome == "failed" and not c.reason.startswith(NOT_RUN)]
+        not_run: dict[str, int] = {}
+        for c in self.cases.values():
+            if c.outcome == "failed" and c.reason.startswith(NOT_RUN):
+                not_run[c.reason] = not_run.get(c.reason, 0) + 1
+        if failed or not_run:
             console.print("[bold red]failed cases[/]")
             for c in failed:
                 console.print(f"  {c.case}: {c.reason}", markup=False, highlight=False)
+            for reason, n in not_run.items():
+                console.print(f"  {n} x {reason}", markup=False, highlight=False)
         reasons: dict[str, list[str]] = {}
         for c in self.cases.values():
             if c.outcome == "not_supported":

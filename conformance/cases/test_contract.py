@@ -57,14 +57,29 @@ def test_backend_binds_with_a_compatible_contract_version(pie_conformance: Harne
 
 
 def test_declared_features_are_contract_feature_names(pie_conformance: Harness, model: LoadedModel) -> None:
-    declared = set(model.caps.features)
-    unknown = declared - KNOWN_FEATURES
-    assert not unknown, (
-        f"capabilities declare unknown features {sorted(unknown)}; the contract's are {sorted(KNOWN_FEATURES)}"
+    unknown = {
+        where: sorted(set(features) - KNOWN_FEATURES)
+        for where, features in (("Capabilities", model.caps.features), ("BackendInfo", pie_conformance.info().features))
+    }
+    assert not any(unknown.values()), (
+        "unknown features declared ("
+        + "; ".join(f"{where}.features: {names}" for where, names in unknown.items() if names)
+        + f"), which the core never uses; the contract's are {sorted(KNOWN_FEATURES)}"
     )
+
+
+def test_backend_info_and_capabilities_declare_the_same_features(
+    pie_conformance: Harness, model: LoadedModel
+) -> None:
+    declared = set(model.caps.features)
     offered = set(pie_conformance.info().features)
-    beyond = declared - offered
-    assert not beyond, f"capabilities declare {sorted(beyond)} that BackendInfo.features does not offer"
+    beyond = sorted(declared - offered)
+    assert not beyond, f"Capabilities.features declares {beyond} that BackendInfo.features does not offer"
+    unused = sorted(offered - declared)
+    assert not unused, (
+        f"BackendInfo.features offers {unused} that the loaded model's Capabilities.features does not "
+        f"declare, so the core never uses them and the suite never checks them"
+    )
 
 
 def test_capabilities_describe_the_loaded_model(pie_conformance: Harness, model: LoadedModel) -> None:

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from tomlkit.toml_document import TOMLDocument
 
@@ -15,7 +15,13 @@ from pie_core import config
 from pie_core.errors import InvalidInput
 from pie_core.hookspec import BackendOptions
 
-__all__ = ["EngineOptions", "add_backend_arguments", "engine_options", "HOST_PAGES_BACKEND_DEFAULT"]
+__all__ = [
+    "EngineOptions",
+    "add_backend_arguments",
+    "engine_options",
+    "parse_backend_options",
+    "HOST_PAGES_BACKEND_DEFAULT",
+]
 
 HOST_PAGES_BACKEND_DEFAULT = -1
 """``engine.host_pages`` value that leaves the host pool at the backend's own size."""
@@ -71,12 +77,7 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
             range or not a number (the message names it).
     """
     doc = doc if doc is not None else config.load_config()
-    extra: dict[str, Any] = {}
-    for item in args.backend_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput(f"--backend-option {item!r}: expected KEY=VALUE, e.g. quant=int8")
-        extra[key.strip()] = _value(value.strip())
+    extra = parse_backend_options(args.backend_option)
 
     page_size = _config_int(doc, "engine.page_size", 1, "tokens per KV page")
     kv_memory = _config_bytes(doc, "engine.kv_memory")
@@ -96,6 +97,25 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)
     return EngineOptions(backend=backend, host_pages=host_pages)
+
+
+def parse_backend_options(items: Iterable[str], flag: str = "--backend-option") -> dict[str, Any]:
+    """``KEY=VALUE`` flags as ``BackendOptions.extra`` (true/false become bools, integers ints).
+
+    Args:
+        items: The flag's values, in order (a later key wins).
+        flag: The flag's name, for the error message.
+
+    Raises:
+        InvalidInput: An item is not ``KEY=VALUE`` (the message names it).
+    """
+    extra: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(f"{flag} {item!r}: expected KEY=VALUE, e.g. quant=int8")
+        extra[key.strip()] = _value(value.strip())
+    return extra
 
 
 def _flag_int(flag: str, text: str, minimum: int, meaning: str) -> int:

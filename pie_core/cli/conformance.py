@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         description=(
             "Run Pie's conformance suite against a backend: every surface of the hook spec, on tiny "
             "random models of each architecture, compared with the NumPy reference backend. Cases "
-            "for features the backend does not declare are reported as 'not supported'. Exits 0 "
+            "for features the backend does not declare are reported as 'not supported'. A backend "
+            "that does not import, bind or load is reported in one line, with no case run. Exits 0 "
             "when nothing failed."
         ),
     )
@@ -38,6 +39,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--atol", type=float, default=None, help="override the dtype's declared absolute tolerance")
     p.add_argument("--rtol", type=float, default=None, help="override the dtype's declared relative tolerance")
+    p.add_argument(
+        "--backend-option", action="append", default=[], metavar="KEY=VALUE",
+        help="BackendOptions.extra of the backend under test, e.g. provider=cpu; the NumPy reference "
+        "does not get it (repeatable; true/false and integers are converted)",
+    )
     p.add_argument(
         "--report", nargs=2, metavar=("FORMAT", "PATH"), default=None,
         help="also write the report: --report json PATH",
@@ -67,4 +73,5 @@ def _run(args: argparse.Namespace) -> int:
         report=report,
         select=args.select,
         verbose=args.verbose,
+        backend_options=args.backend_option,
     )
