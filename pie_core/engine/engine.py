@@ -13,7 +13,7 @@ import pluggy
 from pie_core import __version__
 from pie_core.adapters.store import AdapterStore
 from pie_core.engine.broker import Broker
-from pie_core.errors import NotFound
+from pie_core.errors import InvalidInput, NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.context import KvContext
 from pie_core.kv.host_pool import HostPool
@@ -119,11 +119,14 @@ class Engine:
         if source.name in self.models:
             return self.models[source.name]
         pm = bind_backend(self.backend)
-        caps: Capabilities = pm.hook.pie_backend_load_model(
-            spec=source.spec,
-            weights=source.weights(progress=progress),
-            options=dataclasses.replace(self.options, weights_key=source.cache_key),
-        )
+        try:
+            caps: Capabilities = pm.hook.pie_backend_load_model(
+                spec=source.spec,
+                weights=source.weights(progress=progress),
+                options=dataclasses.replace(self.options, weights_key=source.cache_key),
+            )
+        except ValueError as exc:  # the hook's documented refusal: an option or a weight it cannot take
+            raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
         pool = PagePool(caps.num_pages, caps.page_size)
         host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
         markets: list[Market] = []
