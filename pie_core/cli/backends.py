@@ -53,5 +53,9 @@ def _run(args: argparse.Namespace) -> int:
             r["distribution"],
             "[green]ok[/]" if status == "ok" else f"[red]{status}[/]",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for r in rows:
+        if r.get("description"):
+            console.print(f"[bold]{r['name']}[/]: {r['description']}")
     return 0
