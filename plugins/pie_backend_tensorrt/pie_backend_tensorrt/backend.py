@@ -30,7 +30,7 @@ from pie_core.backend_kit import (
     sample_and_probe,
 )
 
-from pie_backend_tensorrt.export import export_graph
+from pie_backend_tensorrt.export import exported_graph
 from pie_backend_tensorrt.feed import Rope, build_feed, write_slots
 from pie_backend_tensorrt.kv_pages import KvPages, page_bytes
 from pie_backend_tensorrt.options import MAX_BATCH_TOKENS, TrtConfig, resolve_options
@@ -104,10 +104,10 @@ class TensorrtBackend:
         per_page = page_bytes(spec.num_layers, options.page_size, spec.num_kv_heads, spec.head_dim, itemsize)
         num_pages = device_pool_pages(options, per_page)
         host_pages = host_pool_pages(options)
-        source = export_graph(spec, weights, config)
         sliding = spec.sliding_window is not None and any(spec.is_sliding(i) for i in range(spec.num_layers))
-        session = GraphSession(source, config, slots=num_pages * options.page_size, num_layers=spec.num_layers,
-                               kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, sliding=sliding)
+        with exported_graph(spec, weights, config) as source:
+            session = GraphSession(source, config, slots=num_pages * options.page_size, num_layers=spec.num_layers,
+                                   kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, sliding=sliding)
         self._config, self._spec, self._session = config, spec, session
         self._pages = KvPages(session, num_pages, host_pages, options.page_size, spec.num_layers,
                               spec.num_kv_heads, spec.head_dim)

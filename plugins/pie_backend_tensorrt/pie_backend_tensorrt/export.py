@@ -3,17 +3,20 @@
 An export lives in ``<pie cache>/onnx/<weights key>-g<graph version>-<dtype>-<quant>/`` as
 ``model.onnx`` with its weights in ``model.onnx.data`` (ONNX protobufs stop at 2 GiB). It is
 written to a temporary folder and renamed into place once whole. Weights the engine cannot name
-(``weights_key`` empty: tiny test models) are built in memory and not kept.
+(``weights_key`` empty) are not kept: small graphs stay in memory, large ones live in a temporary
+folder until the session has read them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -23,10 +26,12 @@ from pie_core.backend_kit import ModelSpec, weights_cache_dir
 from pie_backend_tensorrt.graph import GRAPH_VERSION, build_graph
 from pie_backend_tensorrt.options import TrtConfig
 
-__all__ = ["GraphSource", "export_graph", "export_dir"]
+__all__ = ["GraphSource", "exported_graph", "export_dir"]
 
 GraphSource = bytes | Path
-"""A serialised model (small graphs) or the path of a cached ``model.onnx``."""
+"""A serialised model (small graphs) or the path of a ``model.onnx``."""
+_IN_MEMORY_BYTES = 1 << 30
+"""Unnamed graphs up to this size are handed over in memory (protobufs stop at 2 GiB)."""
 
 
 def export_dir() -> Path:
@@ -46,7 +51,13 @@ def _quantize(model: onnx.ModelProto, block_size: int) -> onnx.ModelProto:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True, accuracy_level=4)
-    quantizer.process()
+    log = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
+    level = log.level
+    log.setLevel(logging.WARNING)  # it logs a line per MatMul it leaves alone
+    try:
+        quantizer.process()
+    finally:
+        log.setLevel(level)
     return quantizer.model.model
 
 
@@ -57,30 +68,46 @@ def _build(spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], config: T
     return model
 
 
-def export_graph(spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], config: TrtConfig) -> GraphSource:
-    """The model's graph: from the cache when exported before (``weights`` is then not read).
+def _save(model: onnx.ModelProto, folder: Path) -> Path:
+    onnx.save_model(model, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=1024)
+    return folder / "model.onnx"
+
+
+@contextmanager
+def exported_graph(
+    spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], config: TrtConfig
+) -> Iterator[GraphSource]:
+    """The model's graph, valid inside the ``with``: from the cache when exported before
+    (``weights`` is then not read).
 
     Raises:
         ValueError: A weight is missing or misshapen.
     """
     if not config.weights_key:
-        return _build(spec, weights, config).SerializeToString()
+        model = _build(spec, weights, config)
+        if sum(len(t.raw_data) for t in model.graph.initializer) < _IN_MEMORY_BYTES:
+            yield model.SerializeToString()
+            return
+        with tempfile.TemporaryDirectory(prefix="pie-onnx-") as tmp:
+            path = _save(model, Path(tmp))
+            del model
+            yield path
+        return
     final = export_dir() / _name(config)
     path = final / "model.onnx"
-    if path.exists():
-        return path
-    final.parent.mkdir(parents=True, exist_ok=True)
-    model = _build(spec, weights, config)
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=final.parent))
-    try:
-        onnx.save_model(model, str(tmp / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location="model.onnx.data", size_threshold=1024)
-        del model
+    if not path.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        model = _build(spec, weights, config)
+        tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=final.parent))
         try:
-            os.rename(tmp, final)
-        except OSError:  # another process exported it meanwhile
-            if not path.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+            _save(model, tmp)
+            del model
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process exported it meanwhile
+                if not path.exists():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    yield path

@@ -51,3 +51,18 @@ def test_a_batch_naming_an_adapter_is_refused_before_it_writes(gemma_pair):
     with pytest.raises(ValueError, match="no adapters"):
         ort.pie_backend_forward(bad)
     np.testing.assert_array_equal(ort._session.take(0, 0, np.arange(5 * PAGE, 5 * PAGE + 2)), before)
+
+
+def test_an_unnamed_graph_too_big_for_memory_goes_through_a_folder_that_is_removed(monkeypatch, tmp_path):
+    import tempfile
+
+    from pie_backend_tensorrt import export
+
+    monkeypatch.setattr(export, "_IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spec = tiny_spec("qwen2")
+    backend = TensorrtBackend()
+    backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(kv_pages=4, extra={"provider": "cpu"}))
+    out = backend.pie_backend_forward(assemble([kv_request([1, 2, 3], [0], PAGE, probe_all=True)], spec.vocab_size))
+    assert len(out.probes) == 3
+    assert list(tmp_path.iterdir()) == [], "the temporary export was left behind"
