@@ -7,7 +7,10 @@ logits at every position with float32: top-1 agreement, mean and max KL(float32 
     python benchmarks/torch_accuracy.py "w8a8:quant=w8a8,quant_max_tokens=0"   # NAME:KEY=VALUE,...
 
 Each format is a set of torch backend options (``pie_backend_torch.options``) plus ``dtype``
-(default bfloat16).
+(default bfloat16), or, with ``backend=tensorrt``, options of the tensorrt backend (its ONNX
+graph on ONNX Runtime)::
+
+    python benchmarks/torch_accuracy.py "ort-int4:backend=tensorrt,provider=cpu,quant=int4,dtype=float32"
 """
 
 from __future__ import annotations
@@ -55,8 +58,14 @@ def main(argv: list[str]) -> int:
     requests = [kv_request(ids, np.arange((len(ids) + 15) // 16), 16)]
 
     def logits(dtype: str, extra: dict[str, object]) -> np.ndarray:
-        backend = TorchBackend()
-        options = BackendOptions(page_size=16, kv_pages=64, host_pages=4, dtype=dtype, extra=extra)
+        if extra.pop("backend", "torch") == "tensorrt":
+            from pie_backend_tensorrt import TensorrtBackend
+
+            backend = TensorrtBackend()
+        else:
+            backend = TorchBackend()
+        options = BackendOptions(page_size=16, kv_pages=64, host_pages=4, dtype=dtype, extra=extra,
+                                 weights_key=source.cache_key)
         backend.pie_backend_load_model(source.spec, source.weights(), options)
         return probe_logits(run(backend, requests), requests)[0].astype(np.float64)
 
