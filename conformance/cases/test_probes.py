@@ -1,4 +1,4 @@
-"""Every probe kind against its definition (``pie_core.sampling``), on the backend's own logits.
+"""Every probe kind against its definition (``pie_core.backend_kit.sampling``), on the backend's own logits.
 
 The cases iterate over :class:`~pie_core.hookspec.ProbeKind`, so a kind added to the contract
 shows up here at once: gated on its feature (``"embeddings"`` for EMBEDDING, ``"probes"`` for

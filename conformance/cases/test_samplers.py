@@ -1,4 +1,4 @@
-"""Every sampler against its definition (``pie_core.sampling``) on the backend's own logits.
+"""Every sampler against its definition (``pie_core.backend_kit.sampling``) on the backend's own logits.
 
 Argmax is checked exactly; stochastic samplers by their support (a drawn token outside it
 fails at once) and a chi-square test over 2,000 seeded rows, at a temperature that spreads the
