@@ -112,7 +112,12 @@ class Engine:
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
     def load(self, name: str | None = None, progress: Progress | None = None) -> LoadedModel:
-        """Resolve a model by name (None = the default), load it on the backend, return it."""
+        """Resolve a model by name (None = the default), load it on the backend, return it.
+
+        Raises:
+            NotFound: No model of that name.
+            InvalidInput: The backend refused an option or a weight (its ``ValueError``).
+        """
         from pie_core.models.registry import resolve_model
 
         source = resolve_model(name, self.config)
