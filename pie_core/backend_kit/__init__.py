@@ -7,7 +7,8 @@ it), so the engine core can change behind this face without breaking a backend. 
 - the contract (:mod:`pie_core.hookspec`): ``CONTRACT_VERSION``, ``hookimpl`` and the value
   objects of the hooks; ``ModelSpec`` and ``RopeConfig`` (:mod:`pie_core.models.spec`);
   ``Unsupported`` (:mod:`pie_core.errors`), raised for an architecture the backend does not run;
-- :func:`check_batch`, the consistency checks every forward runs before it writes;
+- :func:`check_batch`, the consistency checks every forward runs before it writes, and
+  :func:`kv_lengths` / :func:`write_slots`, each request's KV length and each token's flat write slot;
 - :func:`inverse_frequencies` and :func:`layer_frequencies`, RoPE's float64 tables;
 - :func:`device_pool_pages` and :func:`host_pool_pages`, the pool sizes from ``BackendOptions``;
 - the reference samplers and probes (:mod:`.sampling`): :func:`sample_and_probe`,
@@ -24,7 +25,7 @@ runtime, server, kv or scheduler (``tests/core/test_layers.py``).
 
 from pie_core.backend_kit import lora
 from pie_core.backend_kit.adapter_bank import AdapterBank, AdapterHooks
-from pie_core.backend_kit.batch import check_batch
+from pie_core.backend_kit.batch import check_batch, kv_lengths, write_slots
 from pie_core.backend_kit.dummy import DummyBackend
 from pie_core.backend_kit.pools import DEFAULT_HOST_PAGES, MAX_BUDGET_PAGES, device_pool_pages, host_pool_pages
 from pie_core.backend_kit.rope import inverse_frequencies, layer_frequencies
@@ -62,6 +63,8 @@ __all__ = [
     "Unsupported",
     # shared by backends
     "check_batch",
+    "kv_lengths",
+    "write_slots",
     "inverse_frequencies",
     "layer_frequencies",
     "sample_and_probe",

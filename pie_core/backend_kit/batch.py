@@ -12,7 +12,7 @@ import numpy as np
 
 from pie_core.hookspec import ForwardBatch
 
-__all__ = ["check_batch"]
+__all__ = ["check_batch", "kv_lengths", "write_slots"]
 
 
 def _check_range(name: str, values: np.ndarray, low: int, high: int | None, bound: str) -> None:
@@ -86,3 +86,26 @@ def check_batch(batch: ForwardBatch, vocab_size: int, num_pages: int, page_size:
     rows = f">= 0 and < {n} (the batch's input tokens)"
     _check_range("sample_rows", batch.sample_rows, 0, n, rows)
     _check_range("probe_rows", batch.probe_rows, 0, n, rows)
+
+
+def kv_lengths(batch: ForwardBatch, page_size: int) -> np.ndarray:
+    """int64 ``[R]``: each request's KV length after this pass's writes."""
+    n_pages = np.diff(batch.kv_page_indptr).astype(np.int64)
+    return (n_pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
+
+
+def write_slots(batch: ForwardBatch, page_size: int) -> np.ndarray:
+    """int64 ``[N]``: the flat pool slot (``page * page_size + offset``) each token's K/V goes to.
+
+    Raises:
+        ValueError: A write slot lies outside its request's KV length.
+    """
+    kv_len = kv_lengths(batch, page_size)
+    req = np.repeat(np.arange(batch.num_requests), np.diff(batch.qo_indptr))
+    slots = batch.kv_write_slots.astype(np.int64)
+    outside = (slots < 0) | (slots >= kv_len[req])
+    if outside.any():
+        bad = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"kv_write_slots[{bad}] = {slots[bad]} is outside its request's KV length {kv_len[req[bad]]}")
+    pages = batch.kv_page_indices[batch.kv_page_indptr[req] + slots // page_size].astype(np.int64)
+    return pages * page_size + slots % page_size

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pie_core.backend_kit import ForwardBatch
+from pie_core.backend_kit import ForwardBatch, kv_lengths, write_slots
 
 __all__ = ["DecodeGroup", "RequestBlock", "BatchLayout", "write_targets", "build_layout"]
 
@@ -103,18 +103,8 @@ def write_targets(batch: ForwardBatch, page_size: int) -> tuple[np.ndarray, np.n
     Raises:
         ValueError: A write slot lies outside its request's KV length.
     """
-    n_pages = np.diff(batch.kv_page_indptr).astype(np.int64)
-    kv_len = (n_pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
-    req = np.repeat(np.arange(batch.num_requests), np.diff(batch.qo_indptr))
-    slots = batch.kv_write_slots.astype(np.int64)
-    outside = (slots < 0) | (slots >= kv_len[req])
-    if outside.any():
-        bad = int(np.flatnonzero(outside)[0])
-        raise ValueError(
-            f"kv_write_slots[{bad}] = {slots[bad]} is outside its request's KV length {kv_len[req[bad]]}"
-        )
-    pages = batch.kv_page_indices[batch.kv_page_indptr[req] + slots // page_size].astype(np.int64)
-    return pages, slots % page_size
+    slots = write_slots(batch, page_size)
+    return slots // page_size, slots % page_size
 
 
 def build_layout(
@@ -137,8 +127,7 @@ def build_layout(
         ValueError: A custom mask has the wrong size.
     """
     n_tok = np.diff(batch.qo_indptr).astype(np.int64)
-    n_pages = np.diff(batch.kv_page_indptr).astype(np.int64)
-    kv_len = (n_pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
+    kv_len = kv_lengths(batch, page_size)
     slots = batch.kv_write_slots.astype(np.int64)
     mask_sizes = np.diff(batch.mask_indptr)
     decode = np.flatnonzero((n_tok == 1) & (mask_sizes == 0))

@@ -28,10 +28,11 @@ from pie_core.backend_kit import (
     layer_frequencies,
     logit_rows,
     sample_and_probe,
+    write_slots,
 )
 
 from pie_backend_tensorrt.export import exported_graph
-from pie_backend_tensorrt.feed import Rope, build_feed, write_slots
+from pie_backend_tensorrt.feed import Rope, build_feed
 from pie_backend_tensorrt.kv_pages import KvPages, page_bytes
 from pie_backend_tensorrt.options import MAX_BATCH_TOKENS, TrtConfig, resolve_options
 from pie_backend_tensorrt.providers import VERIFIED, available, check_available

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pie_core.backend_kit import ForwardBatch, ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec, kv_lengths
 
 from pie_backend_tensorrt.graph import GROUPS, mask_value
 
-__all__ = ["Rope", "write_slots", "build_feed"]
+__all__ = ["Rope", "build_feed"]
 
 
 class Rope:
@@ -24,28 +24,6 @@ class Rope:
     def tables(self, positions: np.ndarray, sliding: bool) -> tuple[np.ndarray, np.ndarray]:
         angles = positions.astype(np.float64)[:, None] * (self.sliding if sliding else self.full)[None, :]
         return np.cos(angles).astype(self.np_dtype), np.sin(angles).astype(self.np_dtype)
-
-
-def _kv_lengths(batch: ForwardBatch, page_size: int) -> np.ndarray:
-    pages = np.diff(batch.kv_page_indptr).astype(np.int64)
-    return (pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
-
-
-def write_slots(batch: ForwardBatch, page_size: int) -> np.ndarray:
-    """Cache slot (``page * page_size + offset``) each input token's K/V is written to.
-
-    Raises:
-        ValueError: A write slot lies outside its request's KV length.
-    """
-    kv_len = _kv_lengths(batch, page_size)
-    req = np.repeat(np.arange(batch.num_requests), np.diff(batch.qo_indptr))
-    slots = batch.kv_write_slots.astype(np.int64)
-    outside = (slots < 0) | (slots >= kv_len[req])
-    if outside.any():
-        bad = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"kv_write_slots[{bad}] = {slots[bad]} is outside its request's KV length {kv_len[req[bad]]}")
-    pages = batch.kv_page_indices[batch.kv_page_indptr[req] + slots // page_size].astype(np.int64)
-    return pages * page_size + slots % page_size
 
 
 def _group(
@@ -122,7 +100,7 @@ def build_feed(
         spec: The model.
         rope: Its RoPE tables.
         slot_pos: RoPE position of every cache slot, this pass's writes included.
-        slots: :func:`write_slots` of the batch.
+        slots: :func:`~pie_core.backend_kit.write_slots` of the batch.
         page_size: Slots per page.
         dtype: The graph's float dtype.
         logit_index: Tokens whose logits are returned.
@@ -135,7 +113,7 @@ def build_feed(
     neg = mask_value(dtype)
     sliding = spec.sliding_window is not None and any(spec.is_sliding(i) for i in range(spec.num_layers))
     window = spec.sliding_window if sliding else None
-    kv_len = _kv_lengths(batch, page_size)
+    kv_len = kv_lengths(batch, page_size)
     single = (np.diff(batch.qo_indptr) == 1) & (np.diff(batch.mask_indptr) == 0)
     feed: dict[str, np.ndarray] = {
         "input_ids": batch.token_ids.astype(np.int64),

@@ -22,9 +22,8 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from pie_core.backend_kit import ForwardBatch
+from pie_core.backend_kit import ForwardBatch, write_slots
 
-from pie_backend_torch.layout import write_slots
 from pie_backend_torch.rope import device_rotation
 from pie_backend_torch.triton_kernels.ops import TritonPlan, tile_block_m
 

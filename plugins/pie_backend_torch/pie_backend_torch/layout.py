@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pie_core.backend_kit import ForwardBatch
+from pie_core.backend_kit import ForwardBatch, kv_lengths
 
-__all__ = ["DecodeGroup", "Block", "BatchPlan", "plan_batch", "write_slots"]
+__all__ = ["DecodeGroup", "Block", "BatchPlan", "plan_batch"]
 
 _BUCKET_MIN = 64
 """Decode rows whose KV lengths are within 2x of each other (or under this) share a group."""
@@ -62,29 +62,6 @@ class BatchPlan:
     positions: torch.Tensor  # [N] int32 RoPE positions (also recorded per slot)
     decode: tuple[DecodeGroup, ...]
     blocks: tuple[Block, ...]
-
-
-def kv_lengths(batch: ForwardBatch, page_size: int) -> np.ndarray:
-    """int64 ``[R]``: each request's KV length after this pass's writes."""
-    n_pages = np.diff(batch.kv_page_indptr).astype(np.int64)
-    return (n_pages - 1) * page_size + batch.kv_last_page_len.astype(np.int64)
-
-
-def write_slots(batch: ForwardBatch, page_size: int) -> np.ndarray:
-    """int64 ``[N]``: the flat pool slot (``page * page_size + offset``) each token's K/V goes to.
-
-    Raises:
-        ValueError: A write slot lies outside its request's KV length.
-    """
-    kv_len = kv_lengths(batch, page_size)
-    req = np.repeat(np.arange(batch.num_requests), np.diff(batch.qo_indptr))
-    slots = batch.kv_write_slots.astype(np.int64)
-    outside = (slots < 0) | (slots >= kv_len[req])
-    if outside.any():
-        bad = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"kv_write_slots[{bad}] = {slots[bad]} is outside its request's KV length {kv_len[req[bad]]}")
-    pages = batch.kv_page_indices[batch.kv_page_indptr[req] + slots // page_size].astype(np.int64)
-    return pages * page_size + slots % page_size
 
 
 def _bias(allowed: np.ndarray) -> np.ndarray:

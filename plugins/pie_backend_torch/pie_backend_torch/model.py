@@ -17,11 +17,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pie_core.backend_kit import ForwardBatch, ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec, write_slots
 
 from pie_backend_torch.attention import attend
 from pie_backend_torch.kv_cache import KvCache
-from pie_backend_torch.layout import BatchPlan, plan_batch, write_slots
+from pie_backend_torch.layout import BatchPlan, plan_batch
 from pie_backend_torch.lora_step import LoraStep
 from pie_backend_torch.lora_weights import ATTN_OUTPUT, FFN_DOWN, GATE_UP, QKV
 from pie_backend_torch.options import TorchConfig

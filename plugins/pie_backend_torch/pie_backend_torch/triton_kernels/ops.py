@@ -9,10 +9,9 @@ import numpy as np
 import torch
 import triton
 
-from pie_core.backend_kit import ForwardBatch, ModelSpec
+from pie_core.backend_kit import ForwardBatch, ModelSpec, kv_lengths
 
 from pie_backend_torch.kv_cache import KvCache
-from pie_backend_torch.layout import kv_lengths
 from pie_backend_torch.rope import Rotation
 from pie_backend_torch.triton_kernels.paged_attention import paged_attention
 from pie_backend_torch.triton_kernels.rope_kv import rope_and_write_kv
