@@ -170,6 +170,9 @@ def get(key: str, config: TOMLDocument | None = None, default: Any = None) -> An
 def set(key: str, value: Any, config: TOMLDocument | None = None, path: str | Path | None = None) -> TOMLDocument:  # noqa: A001
     """Set dotted ``key`` to ``value``, creating tables on the way.
 
+    The value is not checked here (readers check what they read); ``pie config set`` checks it
+    first against :mod:`pie_core.cli.config_schema`.
+
     Args:
         key: e.g. ``engine.page_size`` or ``model.my-model.path``.
         value: A TOML-representable value.
@@ -188,8 +191,8 @@ def set(key: str, value: Any, config: TOMLDocument | None = None, path: str | Pa
     node: Any = doc
     for i, part in enumerate(parts[:-1]):
         if part not in node:
-            # `model` holds one sub-table per model: keep it implicit so entries read [model.x].
-            node[part] = tomlkit.table(is_super_table=(i == 0 and part == "model"))
+            # A table that only holds tables stays implicit, so entries read [model.x], [server.quotas].
+            node[part] = tomlkit.table(is_super_table=i < len(parts) - 2)
         node = node[part]
         if not isinstance(node, dict):
             raise InvalidInput(f"cannot set {key!r}: {'.'.join(parts[: i + 1])} is a value, not a table")

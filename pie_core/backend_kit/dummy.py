@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from pie_core.backend_kit.adapter_bank import AdapterBank, AdapterHooks
-from pie_core.backend_kit.pools import host_pool_pages
+from pie_core.backend_kit.pools import device_pool_pages, host_pool_pages
 from pie_core.backend_kit.sampling import hidden_rows, logit_rows, sample_and_probe
 from pie_core.hookspec import (
     CONTRACT_VERSION,
@@ -32,9 +32,8 @@ from pie_core.hookspec import (
 )
 from pie_core.models.spec import ModelSpec
 
-__all__ = ["DummyBackend", "dummy_logits", "dummy_embeddings"]
+__all__ = ["DummyBackend", "dummy_logits", "dummy_embeddings", "page_bytes", "TOKEN_BYTES"]
 
-DEFAULT_PAGES = 4096
 _TABLE_SEED = 0x5EED
 
 
@@ -101,6 +100,16 @@ def dummy_logits(table: np.ndarray, token_ids: np.ndarray, positions: np.ndarray
     return _rotations(table, _offsets(token_ids, positions, table.shape[0] // 2))
 
 
+TOKEN_BYTES = 16 << 10
+"""KV bytes per token the dummy pretends to hold (a small model's float32 K and V): its pool is
+sized from ``kv_memory_bytes`` like a real backend's, and the default 1 GiB gives 4096 pages of 16."""
+
+
+def page_bytes(page_size: int) -> int:
+    """Bytes one dummy page pretends to take (it allocates none): :data:`TOKEN_BYTES` per token."""
+    return TOKEN_BYTES * page_size
+
+
 _FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload", "adapters", "zo"})
 MAX_ADAPTERS = 32
 MAX_ADAPTER_RANK = 64
@@ -135,13 +144,18 @@ class DummyBackend(AdapterHooks):
     ) -> Capabilities:
         """Take the vocabulary size from ``spec``; the weights are ignored (never read).
 
-        The pools have ``options.kv_pages`` (``DEFAULT_PAGES`` when 0) and
-        ``options.host_pages`` (:func:`~pie_core.backend_kit.pools.host_pool_pages`) pages; they
-        store nothing.
+        The pools are sized as on a real backend (:func:`~pie_core.backend_kit.pools.device_pool_pages`:
+        ``options.kv_pages``, or as many pages of :func:`page_bytes` as fit in
+        ``options.kv_memory_bytes``; ``options.host_pages`` as
+        :func:`~pie_core.backend_kit.pools.host_pool_pages` says), though they store nothing.
 
         Raises:
-            ValueError: ``page_size`` or ``host_pages`` is out of range.
+            ValueError: ``page_size`` or ``host_pages`` is out of range, or ``options.extra``
+                names any option (this backend takes none).
         """
+        if options.extra:
+            raise ValueError(f"unknown dummy backend option(s) {', '.join(sorted(options.extra))}: "
+                             "the dummy backend takes no --backend-option")
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
         self._adapters = AdapterBank(spec, lambda tensors, scaling: None, MAX_ADAPTERS, MAX_ADAPTER_RANK)
@@ -149,7 +163,7 @@ class DummyBackend(AdapterHooks):
         self._hidden_table = _embedding_table(spec.hidden_size)
         self._caps = Capabilities(
             page_size=options.page_size,
-            num_pages=options.kv_pages or DEFAULT_PAGES,
+            num_pages=device_pool_pages(options, page_bytes(options.page_size)),
             num_host_pages=host_pool_pages(options),
             vocab_size=spec.vocab_size,
             max_batch_tokens=1 << 16,

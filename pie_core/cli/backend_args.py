@@ -37,6 +37,9 @@ class EngineOptions:
 
     backend: BackendOptions
     host_pages: int | None = None
+    backend_name: str | None = None
+    """The backend plugin: ``--backend``, else ``engine.default_backend``; ``None`` for ``auto``
+    (the engine's :func:`~pie_core.engine.engine.default_backend_name`)."""
 
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` only when set)."""
@@ -65,8 +68,9 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) -> EngineOptions:
-    """The options the flags ask for, with ``engine.page_size``, ``engine.kv_memory``,
-    ``engine.kv_pages`` and ``engine.host_pages`` from the configuration where no flag is given.
+    """The options the flags ask for, with ``engine.default_backend``, ``engine.page_size``,
+    ``engine.kv_memory``, ``engine.kv_pages`` and ``engine.host_pages`` from the configuration
+    where no flag is given (``--dummy`` picks the dummy backend whatever the configuration says).
 
     Args:
         args: Parsed flags of a command that called :func:`add_backend_arguments`.
@@ -96,7 +100,24 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
                              kv_memory_bytes=kv_memory)
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)
-    return EngineOptions(backend=backend, host_pages=host_pages)
+    return EngineOptions(backend=backend, host_pages=host_pages, backend_name=_backend_name(args, doc))
+
+
+def _backend_name(args: argparse.Namespace, doc: TOMLDocument) -> str | None:
+    if getattr(args, "dummy", False):
+        return "dummy"
+    if getattr(args, "backend", None):
+        return str(args.backend)
+    from pie_core.plugins import available_backends
+
+    name = config.get("engine.default_backend", doc)
+    installed = sorted(available_backends())
+    if name == "auto":
+        return None
+    if not isinstance(name, str) or name not in installed:
+        raise InvalidInput(f"config engine.default_backend = {name!r} is not an installed backend ({', '.join(installed)}); "
+                           "fix it with 'pie config set engine.default_backend auto'")
+    return name
 
 
 def parse_backend_options(items: Iterable[str], flag: str = "--backend-option") -> dict[str, Any]:

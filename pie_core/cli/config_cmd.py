@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 from pie_core import config
+from pie_core.cli.config_schema import check_setting, describe, is_known, unknown_key_message
+from pie_core.errors import InvalidInput
 
 __all__ = ["register"]
 
@@ -19,7 +21,14 @@ def register(sub: Any) -> None:
     get = csub.add_parser("get", help="print one value (dotted key, e.g. engine.default_model)")
     get.add_argument("key")
     get.set_defaults(handler=_get)
-    set_ = csub.add_parser("set", help="set one value (TOML literal or plain string)")
+    set_ = csub.add_parser(
+        "set",
+        help="set one value (checked: unknown keys and values of the wrong type are refused)",
+        description="Set one key of config.toml. VALUE is a TOML literal or plain text; it is checked "
+        "against the key's type and range before the file is written.",
+        epilog="keys:\n" + describe(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     set_.add_argument("key")
     set_.add_argument("value")
     set_.set_defaults(handler=_set)
@@ -32,15 +41,20 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    value = config.get(args.key)
+    doc = config.load_config()
+    value = config.get(args.key, doc)
     if value is None:
-        print(f"error: {args.key} is not set", flush=True)
-        return 1
+        if not is_known(args.key):
+            raise InvalidInput(unknown_key_message(args.key))
+        raise InvalidInput(f"{args.key} is not set; set it with 'pie config set {args.key} VALUE'")
     print(json.dumps(value) if not isinstance(value, str) else value)
     return 0
 
 
 def _set(args: argparse.Namespace) -> int:
-    config.set(args.key, config.parse_value(args.value))
-    print(f"{args.key} = {args.value}  ({config.config_path()})")
+    doc = config.load_config()
+    value = check_setting(args.key, args.value, doc)
+    config.set(args.key, value, config=doc)
+    path = config.save_config(doc)
+    print(f"{args.key} = {json.dumps(value)}  ({path})")
     return 0

@@ -35,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, trailing = argv[:cut], argv[cut + 1 :]
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.command == "run" and not trailing:  # the inferlet's parameters without the '--' before them
+            print(f"pie run: error: unrecognized arguments: {' '.join(unknown)}; inferlet parameters go after '--': "
+                  f"pie run {args.target} [options] -- {' '.join(unknown)}", file=sys.stderr)
+            return 2
+        parser.parse_args(argv)  # argparse's own error (usage, exit 2)
     args.trailing = trailing
     try:
         return int(args.handler(args) or 0)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
-from pie_core.cli.progress import loading_bar
+from pie_core.cli.progress import load_model
 from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
 from pie_core.errors import InvalidInput, Unsupported
@@ -32,13 +32,15 @@ def register(sub: Any) -> None:
         "pie run text-completion -- --prompt 'Hi' --max-tokens 32",
     )
     p.add_argument("target", help="inferlet folder (with Pie.toml) or the name of an example")
-    p.add_argument("--backend", help="backend name (see 'pie backends'); default: torch if installed, else cpu")
-    p.add_argument("--model", help="model name (see 'pie model list'); default: the configured default")
+    p.add_argument("--backend", help="backend name (see 'pie backends'); default: engine.default_backend "
+                   "(auto: torch if installed, else cpu)")
+    p.add_argument("--model", help="a model name (see 'pie model list'), a .gguf file or a Hugging Face folder "
+                   "(config.json + *.safetensors); default: engine.default_model")
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--events", choices=["jsonl"], help="print every event as one JSON object per line")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
     add_backend_arguments(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no loading progress (a bar on a terminal, else a line per phase on stderr)")
     p.add_argument(
         "--file", action="append", default=[], metavar="PATH", help="queue a file for session.receive_file() (repeatable)"
     )
@@ -70,9 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
     files = [_read_file(f) for f in args.file]
-    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy, **options.engine_kwargs())
-    with loading_bar("loading model", enabled=not args.quiet and sys.stderr.isatty()) as progress:
-        engine.load(args.model, progress=progress)
+    engine = Engine(options.backend_name, policy=args.policy, **options.engine_kwargs())
+    load_model(engine, args.model, quiet=args.quiet)
     saver = _FileSaver(Path(args.output_dir), manifest.name)
     printer = _JsonlPrinter(saver) if args.events == "jsonl" else _TextPrinter(saver)
     final = asyncio.run(_main(engine, manifest, given, printer, files, args.isolation))

@@ -6,14 +6,13 @@ import argparse
 import asyncio
 import ipaddress
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
-from pie_core.cli.progress import loading_bar
+from pie_core.cli.progress import load_model
 from pie_core.errors import InvalidInput, Unsupported
 
 __all__ = ["register", "is_loopback"]
@@ -28,8 +27,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default: 8080; 0 picks a free one)")
-    p.add_argument("--backend", help="backend name (see 'pie backends'); default: torch if installed, else cpu")
-    p.add_argument("--model", help="model name (see 'pie model list'); default: the configured default")
+    p.add_argument("--backend", help="backend name (see 'pie backends'); default: engine.default_backend "
+                   "(auto: torch if installed, else cpu)")
+    p.add_argument("--model", help="a model name (see 'pie model list'), a .gguf file or a Hugging Face folder "
+                   "(config.json + *.safetensors); default: engine.default_model")
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--no-auth", action="store_true", help="let every client in as user 'local' (loopback hosts only)")
     p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
@@ -89,9 +90,8 @@ def _serve(args: argparse.Namespace) -> int:
     args.isolation = _isolation(args.isolation)  # and a runner that cannot run here
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    engine = Engine("dummy" if args.dummy else args.backend, policy=args.policy, **engine_opts.engine_kwargs())
-    with loading_bar("loading model", enabled=sys.stderr.isatty()) as progress:
-        engine.load(args.model, progress=progress)
+    engine = Engine(engine_opts.backend_name, policy=args.policy, **engine_opts.engine_kwargs())
+    load_model(engine, args.model)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
                             quotas=quotas)
     from pie_core.runtime.process import ProcessLauncher, WorkerLimits

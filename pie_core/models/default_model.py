@@ -29,6 +29,7 @@ __all__ = [
     "part_paths",
     "is_installed",
     "assembled_path",
+    "stamp_ok",
 ]
 
 
@@ -115,7 +116,8 @@ def assembled_path(model: EmbeddedModel, root: str | Path | None = None) -> Path
     return (Path(root) if root is not None else cache_dir()) / "models" / model.filename
 
 
-def _stamp_ok(target: Path, model: EmbeddedModel) -> bool:
+def stamp_ok(target: Path, model: EmbeddedModel) -> bool:
+    """Whether ``target`` is the verified assembled file of ``model`` (its stamp matches its size and mtime)."""
     stamp = target.with_name(target.name + ".stamp")
     try:
         st = target.stat()
@@ -147,7 +149,7 @@ def ensure_gguf(
         InvalidInput: The assembled file does not have the expected sha256 (corrupt packages).
     """
     target = assembled_path(model, root)
-    if _stamp_ok(target, model):
+    if stamp_ok(target, model):
         return target
     parts = part_paths(model)
     total = sum(p.stat().st_size for p in parts)

@@ -21,17 +21,34 @@ from tomlkit.toml_document import TOMLDocument
 from pie_core import config as pie_config
 from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.models.chat_formats import ChatFormat, chat_format_for
-from pie_core.models.default_model import EMBEDDED_MODELS, assembled_path, ensure_gguf, is_installed
+from pie_core.models.default_model import EMBEDDED_MODELS, assembled_path, ensure_gguf, is_installed, stamp_ok
 from pie_core.models.gguf_file import GGUFFile
 from pie_core.models.gguf_reader import GGUFCheckpoint, Progress
 from pie_core.models.hf_reader import is_hf_folder, iter_hf_weights, read_hf_folder
 from pie_core.models.spec import ModelSpec
 from pie_core.models.tokenizer import Tokenizer
-from pie_core.models.weights_cache import WeightsCache, cache_dir, source_key
+from pie_core.models.weights_cache import WeightsCache, cache_dir, content_id, remembered_content_id, source_key
 
-__all__ = ["ModelSource", "ModelEntry", "resolve_model", "list_models", "model_info", "guess_format"]
+__all__ = [
+    "ModelSource",
+    "ModelEntry",
+    "resolve_model",
+    "check_model_name",
+    "list_models",
+    "model_info",
+    "guess_format",
+    "announce",
+]
 
 Weights = Iterator[tuple[str, np.ndarray]]
+
+
+def announce(progress: Progress | None, what: str) -> None:
+    """Tell ``progress`` a new loading phase begins, when it takes phases (a ``phase(text)``
+    method, as the CLI's loading bar has); plain ``progress(done, total)`` callables ignore it."""
+    phase = getattr(progress, "phase", None)
+    if phase is not None:
+        phase(what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +88,28 @@ class ModelSource:
             use_cache: Set ``False`` to dequantise without reading or writing the cache.
         """
         if self.format != "gguf" or not use_cache:
-            return self._produce(progress=progress)
+            return _phases(lambda: self._produce(progress=progress), "reading weights", progress)
         cache = WeightsCache()
         if cache.has(self.cache_key):
-            return _with_progress(cache.load(self.cache_key), cache.entry(self.cache_key), progress)
+            entry = cache.entry(self.cache_key)
+            return _phases(lambda: _with_progress(cache.load(self.cache_key), entry, progress),
+                           "reading cached weights", progress)
         info = {"source": str(self.path), "name": self.name}
-        return cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate), info)
+        return _phases(
+            lambda: cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate), info),
+            "dequantising weights into the cache (first load of this model)",
+            progress,
+        )
+
+
+def _phases(weights: Callable[[], Weights], first: str, progress: Progress | None) -> Weights:
+    """Announce ``first`` when the backend starts reading, yield the weights, then announce
+    that it is the backend's turn (converting, packing, quantising) once it has taken the last
+    one, so a bar does not sit at 100% meanwhile. A backend that never reads (the dummy)
+    announces nothing."""
+    announce(progress, first)
+    yield from weights()
+    announce(progress, "backend preparing the weights")
 
 
 def _with_progress(weights: Weights, folder: Path, progress: Progress | None) -> Weights:
@@ -184,36 +217,64 @@ def _safetensors_dtypes(folder: Path) -> dict[str, int]:
     return counts
 
 
-def _locate(name: str, config: TOMLDocument) -> tuple[Path, str, str | None]:
-    entries = _config_models(config)
-    if name in entries:
-        entry = entries[name]
+def check_model_name(name: str, config: TOMLDocument | None = None) -> str:
+    """How ``name`` would resolve, without reading the model: ``"entry"`` (a ``[model.<name>]``
+    entry), ``"builtin"`` (an embedded model, installed or not) or ``"path"`` (an existing
+    ``.gguf`` file or Hugging Face folder).
+
+    Raises:
+        NotFound: None of these (the message lists the names that exist), or a path that is
+            neither a GGUF file nor a Hugging Face folder.
+    """
+    doc = config if config is not None else pie_config.load_config()
+    if name in _config_models(doc):
+        return "entry"
+    if name in EMBEDDED_MODELS:
+        return "builtin"
+    candidate = Path(os.path.expanduser(name))
+    if candidate.exists():
+        guess_format(candidate)
+        return "path"
+    known = ", ".join(_known_names(doc)) or "(none)"
+    raise NotFound(f"unknown model {name!r}; models available: {known}, or give a .gguf file or a Hugging Face "
+                   "folder (add one by name with `pie config set model.<name>.path PATH`)")
+
+
+def _locate(name: str, config: TOMLDocument, progress: Progress | None = None) -> tuple[Path, str, str | None]:
+    kind = check_model_name(name, config)
+    if kind == "entry":
+        entry = _config_models(config)[name]
         if "path" not in entry:
             raise InvalidInput(f"[model.{name}] in {pie_config.config_path()} has no 'path'")
         path = Path(os.path.expanduser(str(entry["path"])))
         fmt = str(entry.get("format") or guess_format(path))
-        return path, fmt, None
-    if name in EMBEDDED_MODELS:
+    elif kind == "builtin":
         model = EMBEDDED_MODELS[name]
-        return ensure_gguf(model), "gguf", model.sha256
-    candidate = Path(os.path.expanduser(name))
-    if candidate.exists():
-        return candidate, guess_format(candidate), None
-    known = ", ".join(_known_names(config)) or "(none)"
-    raise NotFound(f"unknown model {name!r}; models available: {known} (add one with `pie config set model.<name>.path PATH`)")
+        if not stamp_ok(assembled_path(model), model):
+            announce(progress, f"assembling {name} from its packages (first use only)")
+        return ensure_gguf(model, progress=progress), "gguf", model.sha256
+    else:
+        path = Path(os.path.expanduser(name))
+        fmt = guess_format(path)
+    return path, fmt, _content_id(path, progress) if fmt == "gguf" and path.is_file() else None
 
 
-def resolve_model(name: str | None = None, config: TOMLDocument | None = None) -> ModelSource:
+def resolve_model(name: str | None = None, config: TOMLDocument | None = None,
+                  progress: Progress | None = None) -> ModelSource:
     """Resolve a model name to a loadable source.
 
     Args:
         name: A ``[model.<name>]`` entry, a built-in name, or a path to a ``.gguf`` file or a
             Hugging Face folder; ``None`` is ``engine.default_model``.
         config: The configuration (default: :func:`pie_core.config.load_config`).
+        progress: ``progress(done, total)`` while assembling a built-in model or fingerprinting
+            a GGUF seen for the first time; told each phase when it has ``phase(text)``.
 
     Returns:
         The source: spec, tokenizer and chat format ready, weights read on demand. Sources
-        are memoised per file (and its size and mtime) within the process.
+        are memoised per file (and its size and mtime) within the process. A GGUF's
+        ``cache_key`` follows its content (its sha256), not its path: the same file reached
+        by another path, a symlink or as a copy shares one weights cache entry.
 
     Raises:
         NotFound: Unknown name (the message lists the names that exist) or missing file or
@@ -224,10 +285,25 @@ def resolve_model(name: str | None = None, config: TOMLDocument | None = None) -
     doc = config if config is not None else pie_config.load_config()
     if name is None:
         name = str(pie_config.get("engine.default_model", doc))
-    path, fmt, content_id = _locate(name, doc)
+    path, fmt, content = _locate(name, doc, progress)
+    announce(progress, "reading the model's header and tokenizer")
     st = path.stat()
-    source = _load(str(path.resolve()), fmt, (st.st_size, st.st_mtime_ns), content_id)
+    source = _load(str(path.resolve()), fmt, (st.st_size, st.st_mtime_ns), content)
     return dataclasses.replace(source, name=name)
+
+
+def _content_id(path: Path, progress: Progress | None) -> str:
+    """The sha256 of a GGUF: an embedded model's recorded digest when ``path`` is its verified
+    assembled file (no hashing), else :func:`~pie_core.models.weights_cache.content_id`."""
+    real = path.resolve()
+    for model in EMBEDDED_MODELS.values():
+        target = assembled_path(model)
+        if real == target.resolve() and stamp_ok(target, model):
+            return model.sha256
+    if (known := remembered_content_id(path)) is not None:
+        return known
+    announce(progress, f"fingerprinting {path.name} (once per file, so any path to it shares one weights cache)")
+    return content_id(path, progress)
 
 
 def list_models(config: TOMLDocument | None = None) -> list[ModelEntry]:

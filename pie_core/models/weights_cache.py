@@ -6,9 +6,13 @@ milliseconds (the pages come from the OS page cache on first touch). An entry li
 ``(name, file)`` in order. Entries are written to a temporary folder and renamed into place once complete, so a
 crash or an abandoned iteration never leaves a half entry that looks whole.
 
-The key is a content id when the caller has one (the default model's sha256), else the
-source's resolved path, size and modification time: editing or replacing the file
-invalidates the entry.
+The key is a content id when the caller has one, else the source's resolved path, size and
+modification time (editing or replacing the file invalidates the entry). For a GGUF file the
+registry passes :func:`content_id`, the file's sha256, so the same bytes reached by any path (a
+symlink, another relative path, a copy, or the embedded default model named by its file) share
+one entry: entries are ~5x the GGUF (float32), far too big to duplicate. The sha256 is computed
+once per file version and remembered by (device, inode, size, mtime) under
+``<cache>/identities/``; later loads cost one ``stat`` (hashing is ~0.5-1.5 s per GB).
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["cache_dir", "WeightsCache", "source_key", "Allocator"]
+__all__ = ["cache_dir", "WeightsCache", "source_key", "content_id", "remembered_content_id", "Allocator"]
 
 Allocator = Callable[[str, tuple[int, ...]], np.ndarray]
 
 _FORMAT = 2  # bump when the canonical weight conventions or the layout change
 _STOP = object()
+_HASH_BLOCK = 8 << 20
 
 
 def cache_dir() -> Path:
@@ -59,6 +64,62 @@ def source_key(source: str | Path, content_id: str | None = None) -> str:
         files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
         ident = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
     return hashlib.sha256(f"v{_FORMAT}|{ident}".encode()).hexdigest()[:32]
+
+
+def _memo(real: Path, st: os.stat_result) -> Path:
+    return cache_dir() / "identities" / f"{st.st_dev:x}-{st.st_ino:x}.json"
+
+
+def remembered_content_id(path: str | Path) -> str | None:
+    """The sha256 :func:`content_id` remembered for this version of the file (same device,
+    inode, size and mtime), or ``None`` when it would have to hash."""
+    real = Path(path).resolve()
+    st = real.stat()
+    try:
+        known = json.loads(_memo(real, st).read_text())
+        if known["size"] == st.st_size and known["mtime_ns"] == st.st_mtime_ns:
+            return str(known["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def content_id(path: str | Path, progress: Callable[[int, int], None] | None = None) -> str:
+    """sha256 of a file's bytes, hashed on first sight and remembered by file identity.
+
+    The memo, ``<cache>/identities/<device>-<inode>.json``, holds the digest with the size and
+    mtime it was computed at; a file whose size or mtime changed is hashed again. A copy (new
+    inode) is hashed once and then shares the original's digest, hence its cache entry.
+
+    Args:
+        path: The file (symlinks are followed).
+        progress: ``progress(done_bytes, total_bytes)`` while hashing (not called on a memo hit).
+
+    Returns:
+        64 hex digits.
+    """
+    if (known := remembered_content_id(path)) is not None:
+        return known
+    real = Path(path).resolve()
+    st = real.stat()
+    digest = hashlib.sha256()
+    done = 0
+    with real.open("rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+            done += len(block)
+            if progress is not None:
+                progress(done, st.st_size)
+    sha = digest.hexdigest()
+    memo = _memo(real, st)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"sha256": sha, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "path": str(real)}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs a re-hash next time
+    return sha
 
 
 class WeightsCache:

@@ -98,13 +98,19 @@ class CpuBackend(AdapterHooks):
         pages are first written.
 
         Raises:
-            ValueError: A weight is missing or misshapen, the device/dtype is not cpu/float32, or
-                the pool options hold no page.
+            ValueError: A weight is missing or misshapen, the device/dtype is not cpu/float32,
+                ``options.extra`` names any option (this backend takes none), or the pool options
+                hold no page.
         """
+        if options.extra:
+            raise ValueError(
+                f"unknown cpu backend option(s) {', '.join(sorted(options.extra))}: the cpu backend takes no "
+                "--backend-option; drop it"
+            )
         if options.device != "cpu":
             raise ValueError(f"the cpu backend runs on device 'cpu' only, not {options.device!r}")
         if options.dtype not in ("float32", "auto"):
-            raise ValueError(f"the cpu backend computes in float32 only, not {options.dtype!r}")
+            raise ValueError(f"the cpu backend computes in float32 only, not {options.dtype!r}; use --dtype float32 (or auto)")
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
         per_page = page_bytes(spec.num_layers, options.page_size, spec.num_kv_heads, spec.head_dim)
