@@ -7,9 +7,9 @@ A backend author runs it against an installed plugin::
 
 Cases are grouped by surface (:data:`SURFACES`); the capabilities a backend declares decide
 which run, and a case that does not run is reported as "not supported", never as passed.
-Numeric cases compare against the NumPy reference backend (``pie-backend-cpu``) on tiny random
-models of every supported architecture, within the tolerances declared per dtype
-(:data:`TOLERANCES`). See ``docs/backend-authors.md``.
+Numeric cases compare against the suite's own float64 oracle (:mod:`conformance.oracle`, which
+shares no code with any backend) on tiny random models of every supported architecture, within
+the tolerances declared per dtype (:data:`TOLERANCES`). See ``docs/backend-authors.md``.
 
 The names below are imported on first use, so that loading the pytest plugin
 (``conformance.plugin``, active in every pytest run) costs nothing.

@@ -1,7 +1,7 @@
 """Adapters for the adapter cases: random LoRA weights, and base weights with them merged in.
 
 The merged model is the oracle for adapter numerics: ``W + scaling * B @ A`` loaded into the
-NumPy reference as plain weights runs none of the backend's adapter code.
+float64 oracle as plain weights runs none of the backend's adapter code.
 """
 
 from __future__ import annotations

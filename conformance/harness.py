@@ -3,32 +3,34 @@
 A backend is named either by its entry point in ``pie.backends`` (``cpu``, ``torch``, ...) or,
 for a plugin not installed yet, by an import path ``package.module:Factory``. Every model the
 cases need is loaded into a fresh instance of the backend and, when numerics are checked, into
-the NumPy reference backend (entry point ``cpu``) with the same random weights.
+the suite's own float64 oracle (:mod:`conformance.oracle`, no backend's code) with the same
+random weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pluggy
 import pytest
 
 from pie_core.errors import ContractError, NotFound, Unsupported
-from pie_core.hookspec import BackendInfo, BackendOptions
+from pie_core.hookspec import BackendInfo, BackendOptions, Capabilities
+from pie_core.models.spec import ModelSpec
 from pie_core.plugins import available_backends, bind_plugin
 
 from conformance.loaded import LoadedModel, not_supported
 from conformance.adapters import merged
-from conformance.models import ARCHITECTURES, random_weights, tiny_spec
+from conformance.models import ARCHITECTURES, random_weights, tiny_spec, with_twin
+from conformance.oracle import Oracle
+from conformance.reference import ReferenceModel
 from conformance.tolerances import Tolerance, tolerance_for
 
-__all__ = ["SuiteOptions", "Harness", "require_installed", "resolve_factory", "REFERENCE_BACKEND", "KNOWN_FEATURES"]
-
-REFERENCE_BACKEND = "cpu"
-"""Entry-point name of the numerical oracle."""
+__all__ = ["SuiteOptions", "Harness", "require_installed", "resolve_factory", "KNOWN_FEATURES"]
 
 KNOWN_FEATURES = frozenset(
     {"custom_mask", "logit_mask", "probes", "embeddings", "adapters", "zo", "offload", "system_speculation"}
@@ -52,7 +54,7 @@ class SuiteOptions:
         numerics: ``"auto"`` (on unless the backend is the weightless dummy), ``"on"`` or ``"off"``.
         atol, rtol: Override the declared tolerance of the backend's dtype.
         extra: ``BackendOptions.extra`` for the backend under test (``--backend-option
-            KEY=VALUE``); the NumPy reference never gets it.
+            KEY=VALUE``).
     """
 
     backend: str
@@ -106,17 +108,6 @@ def resolve_factory(name: str) -> Callable[[], Any]:
     return available_backends()[name].entry_point.load()  # type: ignore[no-any-return]
 
 
-def _reference_factory() -> Callable[[], Any]:
-    try:
-        return resolve_factory(REFERENCE_BACKEND)
-    except NotFound as exc:
-        raise RuntimeError(
-            "the numeric cases compare against the NumPy reference backend, which is not installed: "
-            "pip install pie-backend-cpu (or turn them off: pie conformance --numerics off, "
-            "pytest --pie-numerics off)"
-        ) from exc
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "(no message)"
@@ -128,7 +119,7 @@ class Harness:
     def __init__(self, options: SuiteOptions) -> None:
         self.options = options
         self._factory: Callable[[], Any] | None = None
-        self._models: dict[tuple[str, int, int, bool], LoadedModel] = {}
+        self._models: dict[tuple[Any, ...], LoadedModel] = {}
         self._info: BackendInfo | None = None
         self.error: str | None = None
         """Why the backend did not bind or load (set by :meth:`check`); the cases then do not run."""
@@ -173,14 +164,6 @@ class Harness:
             return _one_line(exc)
         except Exception as exc:
             return f"backend {self.name!r} did not load: {type(exc).__name__}: {_one_line(exc)}"
-        if self.numeric:
-            try:
-                _reference_factory()
-            except RuntimeError as exc:  # not installed: the message says what to install
-                return str(exc)
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {_one_line(exc)}"
-                return f"the NumPy reference backend {REFERENCE_BACKEND!r} did not load: {why}"
         arch = self.options.archs[0]
         try:
             self.model(arch)
@@ -195,7 +178,7 @@ class Harness:
 
     @property
     def numeric(self) -> bool:
-        """Whether the numeric surfaces run (they compare against the NumPy reference)."""
+        """Whether the numeric surfaces run (they compare against the float64 oracle)."""
         if self.options.numerics != "auto":
             return self.options.numerics == "on"
         from pie_core.backend_kit import DummyBackend
@@ -226,8 +209,12 @@ class Harness:
         host_pages: int = DEFAULT_HOST_PAGES,
         *,
         reference: bool = True,
+        twins: tuple[int, int] | None = None,
     ) -> LoadedModel:
         """Load ``arch`` into a fresh backend instance (cached per pool size).
+
+        ``twins=(token, twin)`` loads the weights of :func:`conformance.models.with_twin`
+        (the two tokens' logits tie exactly).
 
         An ``Unsupported`` error from the load makes the case "not supported" (the backend does
         not run that architecture); any other error fails it.
@@ -235,19 +222,24 @@ class Harness:
         Raises:
             Exception: Whatever binding or ``pie_backend_load_model`` raised.
         """
-        key = (arch, kv_pages, host_pages, reference)
+        key = (arch, kv_pages, host_pages, reference, twins)
         if key in self._models:
             return self._models[key]
         spec = tiny_spec(arch)
+
+        def weights() -> Iterator[tuple[str, np.ndarray]]:
+            plain = random_weights(spec)
+            return plain if twins is None else with_twin(spec, plain, *twins)
+
         pm = self.bind()
         try:
             caps = pm.hook.pie_backend_load_model(
-                spec=spec, weights=random_weights(spec), options=self.backend_options(kv_pages, host_pages)
+                spec=spec, weights=weights(), options=self.backend_options(kv_pages, host_pages)
             )
         except Unsupported as exc:  # a backend may leave an architecture out, saying so
             not_supported(f"the backend does not run {arch}: {exc}")
         tol = self.tolerance(caps.dtype)
-        ref = self._reference(arch, caps.num_pages, caps.num_host_pages) if reference and self.numeric else None
+        ref = self._reference(spec, weights(), caps) if reference and self.numeric else None
         model = LoadedModel(spec, pm.hook, caps, tol, ref, "backend")
         self._models[key] = model
         return model
@@ -255,27 +247,17 @@ class Harness:
     def tolerance(self, dtype: str) -> Tolerance:
         return tolerance_for(dtype, self.options.atol, self.options.rtol)
 
-    def _reference(self, arch: str, kv_pages: int, host_pages: int) -> LoadedModel:
-        factory = _reference_factory()
-        spec = tiny_spec(arch)
-        pm = bind_plugin(factory(), REFERENCE_BACKEND)
-        options = BackendOptions(
-            page_size=self.options.page_size, kv_pages=kv_pages, host_pages=max(host_pages, 1)
-        )
-        caps = pm.hook.pie_backend_load_model(spec=spec, weights=random_weights(spec), options=options)
-        return LoadedModel(spec, pm.hook, caps, self.tolerance("float32"), None, "reference")
+    def _reference(self, spec: ModelSpec, weights: Iterable[tuple[str, np.ndarray]], caps: Capabilities) -> LoadedModel:
+        """The oracle of ``spec`` on a pool the size of the backend's ``caps`` (same page ids)."""
+        pool = dataclasses.replace(caps, num_host_pages=max(caps.num_host_pages, 1), dtype="float64", device="cpu")
+        oracle = Oracle(spec, weights, pool.num_pages, pool.num_host_pages, pool.page_size)
+        return ReferenceModel(spec, oracle, pool, self.tolerance("float32"))
 
     def merged_reference(self, model: LoadedModel, tensors: dict[str, np.ndarray], scaling: float) -> LoadedModel:
-        """The NumPy reference of ``model``'s architecture with an adapter merged into its
-        weights (see :mod:`conformance.adapters`); a fresh instance each call, with ``model``'s
-        pool size so the same page ids work on both."""
-        factory = _reference_factory()
-        spec = model.spec
-        pm = bind_plugin(factory(), REFERENCE_BACKEND)
-        options = BackendOptions(page_size=self.options.page_size, kv_pages=model.caps.num_pages, host_pages=1)
-        weights = merged(random_weights(spec), tensors, scaling)
-        caps = pm.hook.pie_backend_load_model(spec=spec, weights=weights, options=options)
-        return LoadedModel(spec, pm.hook, caps, self.tolerance("float32"), None, "reference")
+        """The oracle of ``model``'s architecture with an adapter merged into its weights (see
+        :mod:`conformance.adapters`); a fresh one each call, with ``model``'s pool size so the
+        same page ids work on both."""
+        return self._reference(model.spec, merged(random_weights(model.spec), tensors, scaling), model.caps)
 
     def require_numerics(self) -> None:
         """Skip as "not supported" when the numeric surfaces are off."""

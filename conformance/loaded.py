@@ -1,4 +1,4 @@
-"""A tiny model loaded into the backend under test (and into the NumPy reference beside it).
+"""A tiny model loaded into the backend under test (with the float64 oracle of it beside it).
 
 Cases talk to the backend only through its hooks: they build
 :class:`~pie_core.scheduler.request.ForwardRequest` objects, this module flattens them with the
@@ -47,8 +47,8 @@ class Run:
     """
 
     requests: tuple[ForwardRequest, ...]
-    batch: ForwardBatch
-    output: BatchOutput
+    batch: ForwardBatch | None  # None for the reference, which runs the requests themselves
+    output: BatchOutput | None
     samples: tuple[list[tuple[int, ...]], ...]
     probes: tuple[tuple[Any, ...], ...]
     logits: tuple[np.ndarray, ...] | None
@@ -88,7 +88,8 @@ class LoadedModel:
         hook: The bound backend's ``pm.hook``.
         caps: What the backend returned from ``pie_backend_load_model``.
         tolerance: Allowed drift from the reference for ``caps.dtype``.
-        reference: The same model on the NumPy backend, or None when numerics are not checked.
+        reference: The same model in the float64 oracle (:mod:`conformance.reference`), or None
+            when numerics are not checked.
         label: Shown in messages ("backend" or "reference").
     """
 
@@ -245,7 +246,7 @@ class LoadedModel:
         assert len(actual.requests) == len(expected.requests), "runs of different batches compared"
         for r in range(len(actual.requests)):
             where = f"{what}: request {r}"
-            theirs = "the NumPy reference" if expected.source == "reference" else "the backend's own other run"
+            theirs = "the float64 oracle" if expected.source == "reference" else "the backend's own other run"
             if actual.logits is not None and expected.logits is not None:
                 self._assert_logits(actual.logits[r], expected.logits[r], where, theirs)
             elif expected.logits is not None and actual.argmax is not None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from pie_core.models.spec import ARCHITECTURES, ModelSpec, RopeConfig
 
-__all__ = ["ARCHITECTURES", "tiny_spec", "random_weights"]
+__all__ = ["ARCHITECTURES", "tiny_spec", "random_weights", "with_twin"]
 
 
 def tiny_spec(arch: str = "qwen2") -> ModelSpec:
@@ -142,3 +142,20 @@ def random_weights(spec: ModelSpec, seed: int = 0) -> Iterator[tuple[str, np.nda
         yield p + "ffn_gate.weight", mat(spec.intermediate_size, h)
         yield p + "ffn_up.weight", mat(spec.intermediate_size, h)
         yield p + "ffn_down.weight", mat(h, spec.intermediate_size)
+
+
+def with_twin(
+    spec: ModelSpec, weights: Iterator[tuple[str, np.ndarray]], token: int, twin: int
+) -> Iterator[tuple[str, np.ndarray]]:
+    """``weights`` with ``twin``'s row of the output projection set to ``token``'s, so the two
+    tokens get exactly equal logits on every row: the cases' source of tied logits.
+
+    With tied embeddings the row is ``token_embd``'s, so the twins are also the same input
+    embedding (a prompt without either token runs exactly as on the plain weights).
+    """
+    head = "token_embd.weight" if spec.tie_embeddings else "output.weight"
+    for name, w in weights:
+        if name == head:
+            w = w.copy()
+            w[twin] = w[token]
+        yield name, w

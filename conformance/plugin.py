@@ -48,13 +48,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--pie-numerics", choices=("auto", "on", "off"), default="auto",
-        help="compare against the NumPy reference (auto: unless the backend is the weightless dummy)",
+        help="compare against the float64 oracle (auto: unless the backend is the weightless dummy)",
     )
     group.addoption("--pie-atol", type=float, default=None, help="override the dtype's absolute tolerance")
     group.addoption("--pie-rtol", type=float, default=None, help="override the dtype's relative tolerance")
     group.addoption(
         "--pie-backend-option", metavar="KEY=VALUE", action="append", default=[],
-        help="BackendOptions.extra of the backend under test, not of the reference (repeatable; "
+        help="BackendOptions.extra of the backend under test (repeatable; "
         "true/false and integers are converted)",
     )
     group.addoption("--pie-report", metavar="PATH", default=None, help="also write the report as JSON")

@@ -1,4 +1,4 @@
-"""Declared numerical tolerances: how far a backend's outputs may drift from the NumPy reference.
+"""Declared numerical tolerances: how far a backend's outputs may drift from the float64 oracle.
 
 A value ``a`` matches the reference value ``e`` when ``|a - e| <= atol + rtol * |e|`` (the rule
 of ``numpy.isclose``). The table is keyed by the ``dtype`` a backend reports in its

@@ -1,6 +1,6 @@
 """LoRA adapters and zeroth-order (zo) perturbations, where declared.
 
-The oracle for adapter numerics is the NumPy reference loaded with the adapter merged into its
+The oracle for adapter numerics is the float64 oracle loaded with the adapter merged into its
 weights (``W + scaling * B @ A``, :mod:`conformance.adapters`), which runs no adapter code; for
 zo it is the same merge of :func:`pie_core.backend_kit.lora.perturbed`, the noise the contract defines, so
 a backend drawing other numbers fails. Every case destroys the adapters it made.

@@ -1,4 +1,4 @@
-"""Forward numerics on every architecture: prefill and decode logits match the NumPy reference."""
+"""Forward numerics on every architecture: prefill and decode logits match the float64 oracle."""
 
 from __future__ import annotations
 

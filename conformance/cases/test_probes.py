@@ -1,4 +1,11 @@
-"""Every probe kind against its definition (``pie_core.backend_kit.sampling``), on the backend's own logits.
+"""Every probe kind against its definition, on the backend's own logits.
+
+The definitions (``pie_core.hookspec.ProbeKind``) are written out below in a few lines of NumPy,
+not imported from any backend's code: DISTRIBUTION is the top ``k`` of ``softmax(logits / T)``
+(one-hot at the argmax for ``T = 0``), listed by descending probability with the lower id first
+among equal ones; LOGPROBS is ``log_softmax(logits)`` at the ids; ENTROPY ``-sum p log p`` of
+``softmax(logits)``. Temperatures are 0, 0.7 and 1.5, never only 1, and ties are exact (twin
+tokens, :mod:`conformance.ties`).
 
 The cases iterate over :class:`~pie_core.hookspec.ProbeKind`, so a kind added to the contract
 shows up here at once: gated on its feature (``"embeddings"`` for EMBEDDING, ``"probes"`` for
@@ -13,35 +20,63 @@ import numpy as np
 import pytest
 
 from pie_core.hookspec import ProbeKind
-from pie_core.backend_kit.sampling import probe, softmax
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec
 
 from conformance.batches import kv_request
+from conformance.harness import Harness
 from conformance.loaded import LoadedModel, Run, not_supported
+from conformance.ties import tie_at_rank
 
 SURFACE = "probes"
 
 _FEATURE = {"EMBEDDING": "embeddings"}  # every other kind needs "probes"
 
 
+def _softmax(z: np.ndarray, t: float = 1.0) -> np.ndarray:
+    e = np.exp(z / t - np.max(z / t))
+    return e / e.sum()
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    return z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+
+
+def _entropy(z: np.ndarray) -> float:
+    p = _softmax(z)
+    return float(-(p[p > 0] * np.log(p[p > 0])).sum())
+
+
+def _ranked(p: np.ndarray) -> np.ndarray:
+    """Ids by descending ``p``, the lower id first among equal values."""
+    return np.lexsort((np.arange(len(p)), -p))
+
+
 def _variants(kind: ProbeKind, vocab: int) -> list[dict[str, Any]]:
     if kind == ProbeKind.DISTRIBUTION:
-        return [{"temperature": 0.8, "k": 5}, {"temperature": 0.0, "k": 3}, {"temperature": 1.3, "k": 0}]
+        return [{"temperature": 0.7, "k": 5}, {"temperature": 0.0, "k": 3}, {"temperature": 1.5, "k": 0}]
     if kind == ProbeKind.LOGPROBS:
         return [{"token_ids": (3, 0, vocab - 1, 3)}, {"token_ids": ()}]
     return [{}]
 
 
 def _expected(kind: ProbeKind, row: np.ndarray, v: dict[str, Any]) -> Any:
-    ids = np.asarray(v.get("token_ids", ()), dtype=np.int32)
-    return probe(
-        row[None, :],
-        np.array([int(kind)]),
-        np.array([v.get("temperature", 1.0)], dtype=np.float32),
-        np.array([v.get("k", 0)]),
-        ids,
-        np.array([0, len(ids)]),
-    )[0]
+    if kind == ProbeKind.LOGITS:
+        return row
+    if kind == ProbeKind.LOGPROBS:
+        return _log_softmax(row)[list(v["token_ids"])]
+    if kind == ProbeKind.ENTROPY:
+        return _entropy(row)
+    raise KeyError(kind)
+
+
+def _check_ties_lower_first(ids: np.ndarray, row: np.ndarray, where: str) -> None:
+    """Every listed id comes after every lower id whose logit equals its own."""
+    listed: set[int] = set()
+    for i in (int(x) for x in ids):
+        equal_lower = np.flatnonzero((row == row[i]) & (np.arange(len(row)) < i))
+        missing = sorted(set(equal_lower.tolist()) - listed)
+        assert not missing, f"{where}: token {i} is listed before (or instead of) {missing}, tied with it and lower"
+        listed.add(i)
 
 
 def _check_distribution(model: LoadedModel, got: Any, row: np.ndarray, v: dict[str, Any], where: str) -> None:
@@ -50,17 +85,19 @@ def _check_distribution(model: LoadedModel, got: Any, row: np.ndarray, v: dict[s
     assert ids.shape == probs.shape == (k,), (
         f"{where}: expected {k} ids and probabilities, got {ids.shape} and {probs.shape}"
     )
-    if v["temperature"] > 0:
-        full = softmax(row, v["temperature"])
-    else:
-        full = np.zeros(model.vocab)
-        full[int(np.argmax(row))] = 1.0
+    if v["temperature"] == 0:  # one-hot at the argmax; the other k - 1 are zeros, tied: lowest ids
+        want = _ranked((np.arange(model.vocab) == np.argmax(row)).astype(np.float64))[:k]
+        assert ids.tolist() == want.tolist(), f"{where}: ids {ids.tolist()}, expected {want.tolist()}"
+        assert probs.tolist() == [1.0] + [0.0] * (k - 1), f"{where}: probabilities {probs.tolist()}"
+        return
+    full = _softmax(row, v["temperature"])
     tol = model.tolerance
     assert not tol.bad(probs, full[ids]).any(), f"{where}: probabilities differ from softmax(logits / T) at those ids"
     assert (np.diff(probs) <= tol.atol).all(), f"{where}: probabilities are not in descending order"
     rest = np.setdiff1d(np.arange(model.vocab), ids)
     if rest.size:
         assert full[rest].max() <= probs.min() + tol.atol, f"{where}: a token outside the top {k} is more probable"
+    _check_ties_lower_first(ids, row, where)
 
 
 def _check_close(model: LoadedModel, got: Any, want: Any, where: str) -> None:
@@ -98,7 +135,7 @@ def _logit_kind(model: LoadedModel, kind: ProbeKind, rng: np.random.Generator) -
         ref = model.reference.run([req])
         for i, row in enumerate((5, 2)):
             assert ref.logits is not None
-            _check_close(model, run.probes[0][i], ref.logits[0][row], f"LOGITS at row {row} vs the NumPy reference")
+            _check_close(model, run.probes[0][i], ref.logits[0][row], f"LOGITS at row {row} vs the float64 oracle")
 
 
 def _embedding(model: LoadedModel, kind: ProbeKind, rng: np.random.Generator) -> None:
@@ -111,7 +148,7 @@ def _embedding(model: LoadedModel, kind: ProbeKind, rng: np.random.Generator) ->
     if model.reference is not None:
         ref = model.reference.run([req])
         for got, want, row in zip(run.probes[0], ref.probes[0], (5, 2)):
-            _check_close(model, got, want, f"EMBEDDING at row {row} vs the NumPy reference")
+            _check_close(model, got, want, f"EMBEDDING at row {row} vs the float64 oracle")
     else:
         again = model.run([kv_request(req.token_ids, model.pages_for(len(req.token_ids)), model.page_size, probes=req.probes)])
         for a, b in zip(run.probes[0], again.probes[0]):
@@ -157,5 +194,25 @@ def test_probes_of_several_requests_stay_with_their_request(model: LoadedModel, 
     run = model.run(reqs)
     assert run.logits is not None
     for r, (value, logits) in enumerate(zip(run.probes, run.logits)):
-        want = _expected(ProbeKind.ENTROPY, logits[-1].astype(np.float64), {})
+        want = _entropy(logits[-1].astype(np.float64))
         _check_close(model, float(value[0]), want, f"ENTROPY probe of request {r}")
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.5])
+def test_distribution_lists_tied_tokens_lower_id_first(
+    pie_conformance: Harness, rng: np.random.Generator, temperature: float
+) -> None:
+    pie_conformance.model().require("probes")
+    tie = tie_at_rank(pie_conformance, rng, rank=2)
+    ks = (3, 4, 0)  # the cut inside the tie, just after it, and the whole vocabulary
+    probes = tuple(ProbeSpec(index=len(tie.prompt) - 1, kind=ProbeKind.DISTRIBUTION, temperature=temperature, k=k) for k in ks)
+    run = tie.model.run([tie.request(probes=probes)])
+    p = _softmax(tie.logits, temperature)
+    for (ids, probs), k in zip(run.probes[0], ks):
+        ids, where = np.asarray(ids), f"DISTRIBUTION(T={temperature}, k={k}) with {tie.low} and {tie.high} tied at ranks 2, 3"
+        assert ids[2] == tie.low, f"{where}: rank 2 is token {int(ids[2])}; the tie keeps the lower id {tie.low} first"
+        if k != 3:
+            assert ids[3] == tie.high, f"{where}: rank 3 is token {int(ids[3])}, not the twin {tie.high}"
+            assert probs[2] == probs[3], f"{where}: the twins got probabilities {probs[2:4].tolist()}"
+        assert not tie.model.tolerance.bad(np.asarray(probs), p[ids]).any(), f"{where}: probabilities {probs[:4]}"
+        _check_distribution(tie.model, (ids, probs), tie.logits, {"temperature": temperature, "k": k}, where)

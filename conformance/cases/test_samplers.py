@@ -1,9 +1,17 @@
-"""Every sampler against its definition (``pie_core.backend_kit.sampling``) on the backend's own logits.
+"""Every sampler against its definition, on the backend's own logits.
+
+The definitions (``pie_core.hookspec.SamplerKind``) are written out here, not imported from a
+backend: ``p = softmax(logits / T)``; TOP_K keeps the ``k`` most probable, TOP_P the smallest
+most-probable-first set reaching ``p``, MIN_P every token with ``p >= min_p * max(p)``,
+TOP_K_TOP_P the nucleus inside the renormalised top ``k``, MULTINOMIAL everything; a cut inside
+a group of equal probabilities keeps the lower ids, and argmax is the lowest id of the maxima.
 
 Argmax is checked exactly; stochastic samplers by their support (a drawn token outside it
-fails at once) and a chi-square test over 2,000 seeded rows, at a temperature that spreads the
-tiny model's distribution, with parameters placed halfway between the distribution's own steps
-so that a sampler keeping one token too many or too few cannot pass by luck.
+fails at once) and a chi-square test over 2,000 seeded rows, at two temperatures (0.7 and 1.5
+times one that spreads the tiny model's distribution, so never 1 by construction), with
+parameters placed halfway between the distribution's own steps so that a sampler keeping one
+token too many or too few cannot pass by luck. Exact ties come from twin tokens
+(:mod:`conformance.ties`).
 """
 
 from __future__ import annotations
@@ -14,11 +22,12 @@ import numpy as np
 import pytest
 
 from pie_core.hookspec import SamplerKind
-from pie_core.backend_kit.sampling import softmax
 from pie_core.scheduler.request import SampleSpec
 
 from conformance.batches import kv_request
+from conformance.harness import Harness
 from conformance.loaded import LoadedModel, not_supported
+from conformance.ties import tie_at_rank
 
 SURFACE = "samplers"
 
@@ -27,12 +36,18 @@ _Z = 3.72  # upper 1e-4 point of the normal: a correct sampler fails about once 
 _STOCHASTIC = [k for k in SamplerKind if k != SamplerKind.ARGMAX]
 
 
+def _softmax(z: np.ndarray, t: float) -> np.ndarray:
+    e = np.exp(z / t - np.max(z / t))
+    return e / e.sum()
+
+
 def _chi2_critical(df: int) -> float:
     """Upper 1e-4 point of chi-square with ``df`` degrees of freedom (Wilson-Hilferty)."""
     return float(df * (1 - 2 / (9 * df) + _Z * np.sqrt(2 / (9 * df))) ** 3)
 
 
 def _prompt_logits(model: LoadedModel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A prompt and the backend's own float64 logits at its last row."""
     prompt = rng.integers(0, model.vocab, 7)
     run = model.run([kv_request(prompt, model.pages_for(len(prompt)), model.page_size)])
     return prompt, model.own_logits(run)[0][-1].astype(np.float64)
@@ -105,20 +120,10 @@ def test_seeded_rows_repeat(model: LoadedModel, rng: np.random.Generator, kind: 
     assert len(set(first.tolist())) > 1, f"{kind.name}: 64 different seeds all drew token {first[0]}"
 
 
-@pytest.mark.parametrize("kind", _STOCHASTIC, ids=lambda k: k.name.lower())
-def test_sampler_frequencies_match_the_definition(
-    model: LoadedModel, rng: np.random.Generator, kind: SamplerKind
-) -> None:
-    prompt, logits = _prompt_logits(model, rng)
-    temperature = _spread_temperature(logits)
-    p = softmax(logits, temperature)
-    support, params = _support_and_params(kind, p)
-    drawn = _draw(model, prompt, {"kind": kind, "temperature": temperature, **params}, range(1, DRAWS + 1))
+def _assert_frequencies(drawn: np.ndarray, p: np.ndarray, support: np.ndarray, what: str) -> None:
+    """``drawn`` stays inside ``support`` and follows ``p`` renormalised on it (chi-square)."""
     outside = sorted(set(drawn.tolist()) - set(support.tolist()))
-    assert not outside, (
-        f"{kind.name} {params} at temperature {temperature:.3g} drew {outside}, outside its support "
-        f"{sorted(support.tolist())[:10]}"
-    )
+    assert not outside, f"{what} drew {outside}, outside its support {sorted(support.tolist())[:10]}"
     q = np.zeros_like(p)
     q[support] = p[support] / p[support].sum()
     counts = np.bincount(drawn, minlength=len(p))
@@ -132,9 +137,53 @@ def test_sampler_frequencies_match_the_definition(
     if df < 1:
         not_supported("the distribution is too peaked for a frequency test")
     assert stat < _chi2_critical(df), (
-        f"{kind.name} {params} at temperature {temperature:.3g}: frequencies of {len(drawn)} draws "
-        f"fail chi-square ({stat:.1f} >= {_chi2_critical(df):.1f} with {df} df)"
+        f"{what}: frequencies of {len(drawn)} draws fail chi-square ({stat:.1f} >= {_chi2_critical(df):.1f} with {df} df)"
     )
+
+
+@pytest.mark.parametrize("scale", [0.7, 1.5], ids=["cooler", "warmer"])
+@pytest.mark.parametrize("kind", _STOCHASTIC, ids=lambda k: k.name.lower())
+def test_sampler_frequencies_match_the_definition(
+    model: LoadedModel, rng: np.random.Generator, kind: SamplerKind, scale: float
+) -> None:
+    prompt, logits = _prompt_logits(model, rng)
+    temperature = scale * _spread_temperature(logits)
+    p = _softmax(logits, temperature)
+    support, params = _support_and_params(kind, p)
+    drawn = _draw(model, prompt, {"kind": kind, "temperature": temperature, **params}, range(1, DRAWS + 1))
+    _assert_frequencies(drawn, p, support, f"{kind.name} {params} at temperature {temperature:.3g}")
+
+
+def test_argmax_of_tied_maxima_is_the_lower_id(pie_conformance: Harness, rng: np.random.Generator) -> None:
+    tie = tie_at_rank(pie_conformance, rng, rank=0)
+    row = len(tie.prompt) - 1
+    samples = (SampleSpec(index=row, kind=SamplerKind.ARGMAX),) + tuple(
+        SampleSpec(index=row, kind=kind, temperature=0.0, top_k=3, top_p=0.5) for kind in _STOCHASTIC
+    )
+    run = tie.model.run([tie.request(samples=samples)], observe=False)
+    got = [r[0] for r in run.samples[0]]
+    assert got == [tie.low] * len(samples), (
+        f"tokens {tie.low} and {tie.high} tie for the highest logit; argmax and temperature 0 drew {got}, "
+        f"the lower id {tie.low} each time expected"
+    )
+
+
+@pytest.mark.parametrize("kind", [SamplerKind.TOP_K, SamplerKind.TOP_P], ids=["top_k", "top_p"])
+def test_a_cut_inside_tied_tokens_keeps_the_lower_id(
+    pie_conformance: Harness, rng: np.random.Generator, kind: SamplerKind
+) -> None:
+    tie = tie_at_rank(pie_conformance, rng, rank=3)  # the twins are the 4th and 5th most probable
+    temperature = 1.5 * _spread_temperature(tie.logits)
+    p = _softmax(tie.logits, temperature)
+    order = np.lexsort((np.arange(len(p)), -p))
+    assert order[3] == tie.low and order[4] == tie.high and p[tie.low] == p[tie.high]
+    cum = np.cumsum(p[order])
+    params = {"top_k": 4} if kind == SamplerKind.TOP_K else {"top_p": float((cum[2] + cum[3]) / 2)}
+    model = tie.model
+    drawn = _draw(model, tie.prompt, {"kind": kind, "temperature": temperature, **params}, range(1, DRAWS + 1))
+    what = f"{kind.name} {params} at temperature {temperature:.3g} with {tie.low} and {tie.high} tied 4th"
+    assert tie.high not in drawn, f"{what}: drew {tie.high}; the cut keeps the lower id {tie.low}"
+    _assert_frequencies(drawn, p, order[:4], what)
 
 
 def test_one_token_supports_are_greedy(model: LoadedModel, rng: np.random.Generator) -> None:

@@ -15,10 +15,11 @@ __all__ = ["register"]
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "conformance",
-        help="check a backend against the hook spec (golden batches vs the NumPy reference)",
+        help="check a backend against the hook spec (golden batches vs a float64 oracle)",
         description=(
             "Run Pie's conformance suite against a backend: every surface of the hook spec, on tiny "
-            "random models of each architecture, compared with the NumPy reference backend. Cases "
+            "random models of each architecture, compared with the suite's float64 NumPy oracle (no backend "
+            "is the reference). Cases "
             "for features the backend does not declare are reported as 'not supported'. A backend "
             "that does not import, bind or load is reported in one line, with no case run. Exits 0 "
             "when nothing failed."
@@ -35,14 +36,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--numerics", choices=("auto", "on", "off"), default="auto",
-        help="compare against the NumPy reference (auto: on unless the backend is the weightless dummy)",
+        help="compare logits with the float64 oracle (auto: on unless the backend is the weightless dummy)",
     )
     p.add_argument("--atol", type=float, default=None, help="override the dtype's declared absolute tolerance")
     p.add_argument("--rtol", type=float, default=None, help="override the dtype's declared relative tolerance")
     p.add_argument(
         "--backend-option", action="append", default=[], metavar="KEY=VALUE",
-        help="BackendOptions.extra of the backend under test, e.g. provider=cpu; the NumPy reference "
-        "does not get it (repeatable; true/false and integers are converted)",
+        help="BackendOptions.extra of the backend under test, e.g. provider=cpu "
+        "(repeatable; true/false and integers are converted)",
     )
     p.add_argument(
         "--report", nargs=2, metavar=("FORMAT", "PATH"), default=None,

@@ -70,4 +70,5 @@ class RecordsOptions(CpuBackend):
         unknown = sorted(set(options.extra) - set(KNOWN_OPTIONS))
         if unknown:
             raise ValueError(f"unknown backend options {unknown}; this backend takes {', '.join(KNOWN_OPTIONS)}")
-        return super().pie_backend_load_model(spec=spec, weights=weights, options=options)
+        # the options are this backend's own: the NumPy backend under it takes none
+        return super().pie_backend_load_model(spec=spec, weights=weights, options=dataclasses.replace(options, extra={}))

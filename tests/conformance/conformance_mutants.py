@@ -5,12 +5,20 @@ Each class is a complete backend (a ``CpuBackend`` subclass), passed to the suit
 shipped: a mask dropped on the way to the kernel, a position off by one, a logit mask ignored,
 K/V written to the neighbouring page, a temperature never applied, a nucleus one token too wide,
 a copy with source and destination swapped.
+
+The ``Shared*`` mutants plant their defect in code the NumPy backend shares with others: they
+patch a function of ``pie_core.backend_kit`` or of ``pie_backend_cpu`` itself, process-wide, when
+the backend is made, as a bug in that shared code would be. A suite whose reference was the cpu
+backend (or whose expected values came from ``pie_core.backend_kit.sampling``) ran the same
+patched code on both sides and passed them; the float64 oracle and the cases' own definitions
+must fail them. :data:`SHARED_BUGS` lists each patch as ``(module, attribute, replacement)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+import importlib
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -26,7 +34,7 @@ from pie_core.hookspec import (
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
-from pie_core.backend_kit.sampling import softmax
+from pie_core.backend_kit import sampling as kit_sampling
 
 __all__ = [
     "DropsAttentionMask",
@@ -36,7 +44,14 @@ __all__ = [
     "IgnoresTemperature",
     "TopPKeepsOneTooMany",
     "CopiesBackwards",
+    "SHARED_BUGS",
+    "SharedRopeFrequencies",
+    "SharedRmsNormCentred",
+    "SharedTemperatureMultiplies",
+    "SharedTiesToHigherId",
 ]
+
+softmax = kit_sampling.softmax  # the correct one, bound before any Shared* mutant patches the kit
 
 
 class _BatchMutant(CpuBackend):
@@ -134,3 +149,73 @@ class CopiesBackwards(CpuBackend):
     @hookimpl
     def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:
         super().pie_backend_copy_pages(kind, dst, src)
+
+
+# -- defects in shared code -----------------------------------------------------------------------
+
+
+def _rope_without_the_two(head_dim: int, theta: float, rope: Any) -> np.ndarray:
+    """RoPE inverse frequencies with exponent ``i / head_dim`` instead of ``2i / head_dim``."""
+    return 1.0 / theta ** (np.arange(head_dim // 2, dtype=np.float64) / head_dim)
+
+
+def _centred_rms_norm(x: np.ndarray, weight: np.ndarray, eps: float, axis: int = 0) -> np.ndarray:
+    """RMSNorm that subtracts the mean first (a layer norm without bias)."""
+    centred = x - x.mean(axis=axis, keepdims=True)
+    return centred / np.sqrt(np.mean(np.square(centred), axis=axis, keepdims=True) + np.float32(eps)) * weight
+
+
+_kit_softmax = kit_sampling.softmax
+
+
+def _softmax_times_temperature(logits: np.ndarray, temperature: Any = 1.0, dtype: type = np.float64) -> np.ndarray:
+    """``softmax(logits * T)``: right at temperature 1 only."""
+    t = np.asarray(temperature, dtype=np.float64)
+    return _kit_softmax(logits, 1.0 / t, dtype)
+
+
+def _top_k_ids_higher_first(p: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` largest entries, higher ids winning ties at the cut."""
+    order = np.lexsort((-np.arange(len(p)), -p))
+    return np.sort(order[:k])
+
+
+def _descending_higher_first(p: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    return ids[np.lexsort((-ids, -p[ids]))]
+
+
+SHARED_BUGS: dict[str, list[tuple[str, str, Callable[..., Any]]]] = {
+    "SharedRopeFrequencies": [("pie_core.backend_kit.rope", "inverse_frequencies", _rope_without_the_two)],
+    "SharedRmsNormCentred": [("pie_backend_cpu.model", "rms_norm", _centred_rms_norm)],
+    "SharedTemperatureMultiplies": [("pie_core.backend_kit.sampling", "softmax", _softmax_times_temperature)],
+    "SharedTiesToHigherId": [
+        ("pie_core.backend_kit.sampling", "_top_k_ids", _top_k_ids_higher_first),
+        ("pie_core.backend_kit.sampling", "_descending", _descending_higher_first),
+    ],
+}
+"""Per shared-code mutant, the ``(module, attribute, replacement)`` patches it applies."""
+
+
+class _SharedBug(CpuBackend):
+    """The NumPy backend made after patching shared code (the patch stays for the process)."""
+
+    def __init__(self) -> None:
+        for module, attribute, replacement in SHARED_BUGS[type(self).__name__]:
+            setattr(importlib.import_module(module), attribute, replacement)
+        super().__init__()
+
+
+class SharedRopeFrequencies(_SharedBug):
+    """The kit's RoPE frequencies (cpu, torch and tensorrt all use them) miss the factor 2."""
+
+
+class SharedRmsNormCentred(_SharedBug):
+    """The cpu backend's RMSNorm subtracts the mean."""
+
+
+class SharedTemperatureMultiplies(_SharedBug):
+    """The kit's sampling softmax multiplies by the temperature instead of dividing."""
+
+
+class SharedTiesToHigherId(_SharedBug):
+    """The kit's top-k cut and distribution order let the higher id win ties."""

@@ -9,8 +9,6 @@ import json
 
 import pytest
 
-import conformance.harness as harness_module
-from conformance.harness import Harness, SuiteOptions
 from conformance_runs import run_pie_conformance, run_suite
 
 SHORT = 60  # lines: the header, the one-line error, the table and a line of cases not run
@@ -77,11 +75,3 @@ def test_a_feature_name_the_contract_lacks_fails_the_contract(tmp_path):
     assert "test_declared_features_are_contract_feature_names" in failed, failed
     reason = failed["test_declared_features_are_contract_feature_names"]
     assert "BackendInfo.features: ['logit_masks']" in reason, reason
-
-
-def test_a_missing_reference_backend_is_one_line_saying_what_to_install(monkeypatch):
-    monkeypatch.setattr(harness_module, "REFERENCE_BACKEND", "no-such-reference")
-    error = Harness(SuiteOptions(backend="cpu", archs=("qwen2",))).check()
-    assert error is not None and "\n" not in error
-    assert error.startswith("the numeric cases compare against the NumPy reference backend, which is not installed")
-    assert "pip install pie-backend-cpu" in error and "--numerics off" in error

@@ -91,15 +91,16 @@ def test_fresh_randomness_stays_inside_the_support(impl):
     logits = np.linspace(-3, 3, vocab, dtype=np.float32)[None].repeat(2, 0)
     specs = [
         SampleSpec(index=0, kind=SamplerKind.TOP_K, top_k=3, draws=200, seed=0),
-        SampleSpec(index=1, kind=SamplerKind.MIN_P, min_p=0.5, draws=200, seed=0),
+        SampleSpec(index=1, kind=SamplerKind.MIN_P, temperature=1.5, min_p=0.5, draws=200, seed=0),
     ]
     batch = assemble([_request(specs, n=2)], vocab)
     drawer, masker = DRAWERS[impl]
     out = sample_and_probe(batch, np.arange(2), torch.from_numpy(logits), np.random.default_rng(5), drawer=drawer, masker=masker)
     first, second = out.tokens[:200], out.tokens[200:]
     assert set(first.tolist()) == {37, 38, 39}
-    p = reference.softmax(logits[1:2])[0]
+    p = np.exp(logits[1].astype(np.float64) / 1.5)  # min-p compares p / max(p) = exp((z - z_max) / T)
     assert set(second.tolist()) == set(np.flatnonzero(p >= 0.5 * p.max()).tolist())
+    assert set(second.tolist()) == set(range(vocab - 7, vocab))  # z_max - z <= 1.5 ln 2: the top 7 of 40
 
 
 def test_a_row_whose_mask_allows_nothing_is_refused():
