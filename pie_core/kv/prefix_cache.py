@@ -76,6 +76,10 @@ class PrefixCache:
         for key in reversed(keys):
             self._pages.move_to_end(key)
 
+    def pages(self) -> list[int]:
+        """Every page the cache holds a reference on, least recently used first."""
+        return list(self._pages.values())
+
     def idle_count(self) -> int:
         """Pages held by the cache alone (free for the taking)."""
         if not self._pages:

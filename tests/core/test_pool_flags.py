@@ -3,7 +3,6 @@ model's pools have the sizes asked for, and the engine is told how much host poo
 
 from __future__ import annotations
 
-import inspect
 import io
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,6 @@ import pytest
 from pie_core.cli import run as run_cli
 from pie_core.cli.main import main
 from pie_core.engine.engine import Engine
-
-_ENGINE_TAKES_HOST_PAGES = "host_pages" in inspect.signature(Engine).parameters
 
 
 @pytest.fixture
@@ -49,7 +46,6 @@ def test_kv_pages_sizes_the_device_pool_of_the_loaded_model(pie_run):
     assert "host_pages" not in kwargs  # no flag, default config: the backend's host pool
 
 
-@pytest.mark.skipif(not _ENGINE_TAKES_HOST_PAGES, reason="Engine(host_pages=...) has not landed yet")
 def test_kv_pages_and_host_pages_size_both_pools(pie_run):
     code, engine, kwargs = pie_run("--kv-pages", "64", "--host-pages", "8")
     (model,) = engine.models.values()

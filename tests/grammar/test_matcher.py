@@ -4,7 +4,7 @@ compilation off the event loop and its time limit."""
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 import numpy as np
 import pytest
 
@@ -124,30 +124,33 @@ def test_compiled_grammars_are_cached_per_source_and_vocabulary(model):
     assert comp.cached(src) and not comp.cached(source.regex(r"never-compiled"))
 
 
-def test_compilation_runs_off_the_event_loop(model):
+def test_compilation_runs_off_the_event_loop(model, monkeypatch):
     comp = compiler_for(model.tokenizer, model.spec.vocab_size, _stops(model))
-    src = source.json_schema(heavy_schema())
-    ticks = []
+    src = source.regex(r"off-the-loop-[0-9]{4}")
+    real = comp._compile
+    threads: list[int] = []
+    loop_turned = threading.Event()
+    saw_the_loop_turn: list[bool] = []
 
-    async def ticker(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            ticks.append(time.perf_counter())
-            await asyncio.sleep(0.002)
+    def compile_and_wait_for_the_loop(grammar_source):
+        threads.append(threading.get_ident())
+        # On the loop's own thread this would wait in vain: the loop could not set the event.
+        saw_the_loop_turn.append(loop_turned.wait(30))
+        return real(grammar_source)
 
-    async def go() -> float:
-        stop = asyncio.Event()
-        task = asyncio.create_task(ticker(stop))
-        start = time.perf_counter()
-        await comp.compile(src, timeout=120)
-        took = time.perf_counter() - start
-        stop.set()
-        await task
-        return took
+    monkeypatch.setattr(comp, "_compile", compile_and_wait_for_the_loop)
 
-    took = asyncio.run(go())
-    assert took > 0.05
-    gaps = np.diff(ticks)
-    assert len(ticks) > 10 and gaps.max() < max(0.5, took / 2)  # the loop kept turning
+    async def go() -> int:
+        compiling = asyncio.create_task(comp.compile(src, timeout=120))
+        await asyncio.sleep(0)  # the task starts the compilation
+        loop_turned.set()  # the loop turns while it runs
+        await compiling
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(go())
+    assert saw_the_loop_turn == [True]
+    assert len(threads) == 1 and threads[0] != loop_thread
+    assert comp.cached(src)
 
 
 def test_a_grammar_too_complex_for_the_time_limit_is_a_clear_error(model):

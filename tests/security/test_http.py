@@ -87,12 +87,10 @@ def test_a_request_whose_body_never_finishes_is_answered_408_at_its_deadline(hos
     monkeypatch.setattr(http, "REQUEST_TIMEOUT_S", 1.0)
 
     async def scenario(s):
-        start = time.monotonic()
         reader, writer = await raw_http(s, post_head(CHAT, 1000, s.tokens["mallory"]), b'{"messages": ')
         slow_head, _ = await raw_http(s, b"GET /health HTTP/1.1\r\nHo")  # a head that never ends
         assert "did not arrive within 1 s" in openai_error(*await response(reader, 3.0), 408)
         assert await asyncio.wait_for(slow_head.read(), 3.0) == b""  # dropped without a word
-        assert time.monotonic() - start < 3.0
         assert not s.server._connections.live or all(c._mode == "ws" for c in s.server._connections.live)
         await victim_is_served(s)
 

@@ -71,13 +71,11 @@ def test_sigterm_ends_pie_serve_within_5_s_despite_stalled_and_unreading_clients
                 sock.shutdown(socket.SHUT_WR)
             held.append(sock)
         time.sleep(0.3)
-        start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             raise AssertionError("pie serve was still running 5 s after SIGTERM") from None
-        assert time.monotonic() - start < 5.0
         assert proc.returncode == 0, proc.stdout.read().decode() if proc.stdout else ""
     finally:
         if proc.poll() is None:

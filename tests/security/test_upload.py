@@ -259,14 +259,12 @@ def test_a_gzip_bomb_is_stopped_after_a_mebibyte_without_filling_the_disk(hostil
 
         watcher = asyncio.create_task(watch_disk())
         async with await connect(s.url, s.tokens["mallory"]) as mallory:
-            start = time.monotonic()
             try:
                 with pytest.raises(ServerError, match="inflates more than 100:1.*decompression bomb"):
                     await _upload(mallory, bomb)
             finally:
                 done.set()
                 await watcher
-            assert time.monotonic() - start < 3
         assert peak < 4 * 2**20, f"{peak} bytes reached the disk"
         _assert_untouched(s.data_dir, canaries)
         await victim_is_served(s)

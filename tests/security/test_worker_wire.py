@@ -8,7 +8,6 @@ pages back) while alice keeps being served. Every value type that must cross rou
 from __future__ import annotations
 
 import asyncio
-import time
 
 import msgpack
 import numpy as np
@@ -143,20 +142,19 @@ def test_a_handle_is_refused_where_the_host_function_declares_another_class():
     (msgpack.packb(msgpack.ExtType(5, (99).to_bytes(8, "little") + b"HostContext")), "a handle never given"),
     (b"\xc1", "a reserved byte"),
 ])
-def test_hostile_payloads_are_refused_quickly(payload, why):
+def test_hostile_payloads_are_refused(payload, why):
+    # how fast: benchmarks/wire_decode.py
     codec, _ = _codec()
-    start = time.perf_counter()
     with pytest.raises(ProtocolError):
         codec.decode(payload)
-    assert time.perf_counter() - start < 0.5, why
 
 
-def test_decoding_cost_is_linear_in_the_frame_bytes():
+def test_wide_frames_and_huge_containers_decode_whole():
+    # cost per byte: benchmarks/wire_decode.py
     codec, _ = _codec()
     wide = msgpack.packb([[i, "ab", [None]] for i in range(200_000)])  # ~2 MB, 400k containers
-    start = time.perf_counter()
-    assert len(codec.decode(wide)) == 200_000
-    assert time.perf_counter() - start < 3.0
+    decoded = codec.decode(wide)
+    assert len(decoded) == 200_000 and decoded[-1] == [199_999, "ab", [None]]
     many = b"\xdc\xff\xff" + b"\x90" * 0xFFFF  # 65535 empty lists in one
     assert len(codec.decode(many)) == 0xFFFF
 
@@ -244,10 +242,8 @@ def test_a_hostile_frame_kills_only_its_worker_and_alice_is_served(hostile, tmp_
             proc = await mallory.launch(await mallory.install(program), {"mode": mode})
             events = proc.events()
             assert (await events.__anext__()).value == "holding"
-            start = time.monotonic()
-            served_in = await victim_is_served(s)
+            await victim_is_served(s)  # alice gets her answer while mallory's worker misbehaves
             last = await asyncio.wait_for(events.__anext__(), 10)
-            assert time.monotonic() - start < 10 and served_in < 5
             assert last.kind == "error" and "broke the host protocol" in last.value and error in last.value, last
             assert s.server.engine.pools_whole()
 

@@ -126,7 +126,9 @@ def test_detach_buffers_events_and_reattach_replays_them_all_in_order(served):
 def test_ping_and_listings(served):
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as client:
-            assert await client.ping() >= 0
+            assert (await client.request("ping", data=b"echo me"))["data"] == b"echo me"
+            rtt = await client.ping()
+            assert isinstance(rtt, float)
             models = await client.list_models()
             assert models[0]["backend"] == "dummy"
             programs = await client.list_programs()
