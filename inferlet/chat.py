@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from pie_core.host import model as _host
+from inferlet._keywords import renamed
 from inferlet.model import Model
 
 __all__ = ["Event", "Decoder", "system", "user", "assistant", "cue", "seal", "stop_tokens"]
@@ -78,19 +79,22 @@ class Decoder:
         return "".join(self._parts)
 
 
-def system(model: Model, msg: str) -> list[int]:
-    """Token ids of a system message."""
-    return _host.chat_tokens(model.name, "system", msg)
+@renamed(msg="message")
+def system(model: Model, message: str) -> list[int]:
+    """Token ids of a system message (``message`` is also accepted as ``msg=``)."""
+    return _host.chat_tokens(model.name, "system", message)
 
 
-def user(model: Model, msg: str) -> list[int]:
-    """Token ids of a user message."""
-    return _host.chat_tokens(model.name, "user", msg)
+@renamed(msg="message")
+def user(model: Model, message: str) -> list[int]:
+    """Token ids of a user message (``message`` is also accepted as ``msg=``)."""
+    return _host.chat_tokens(model.name, "user", message)
 
 
-def assistant(model: Model, msg: str) -> list[int]:
-    """Token ids of a complete assistant turn."""
-    return _host.chat_tokens(model.name, "assistant", msg)
+@renamed(msg="message")
+def assistant(model: Model, message: str) -> list[int]:
+    """Token ids of a complete assistant turn (``message`` is also accepted as ``msg=``)."""
+    return _host.chat_tokens(model.name, "assistant", message)
 
 
 def cue(model: Model) -> list[int]:

@@ -3,9 +3,9 @@
 Two protocols:
 
 - a **Schema** describes output and builds a constraint for a model
-  (``build_constraint(model)``); :class:`AnyJson`, :class:`JsonSchema`, :class:`Regex` and
-  :class:`Ebnf` are the built-in ones. Schemas hold no state, so one schema serves any number
-  of generators.
+  (``build_constraint(model)``); :class:`AnyJson`, :class:`JsonSchema`, :class:`Regex`,
+  :class:`Ebnf` and a :class:`~inferlet.grammar.Grammar` (e.g. ``tools.native_grammar(...)``)
+  are the built-in ones. Schemas hold no state, so one schema serves any number of generators.
 - a **Constraint** is stateful: before each sampled token the generator calls
   ``step(accepted)`` with the tokens accepted since the previous call (``[]`` the first time)
   and applies the BRLE mask it returns (``[]`` = no restriction this step).
@@ -161,7 +161,7 @@ class ConstraintSet:
             self._others.append(item)
         else:
             raise TypeError(
-                "constrain= takes a Schema (AnyJson, JsonSchema, Regex, Ebnf or any object with "
+                "constrain= takes a Schema (AnyJson, JsonSchema, Regex, Ebnf, a Grammar or any object with "
                 f"build_constraint(model)) or a Constraint (an object with step(accepted)), got {type(item).__name__}"
             )
         self._mask = _UNSET
@@ -267,7 +267,7 @@ def _and(masks: list[bytes]) -> bytes:
 
 def as_schema(schema: Any) -> Any:
     """``collect_json``'s ``schema``: None (any JSON), a JSON Schema (text or dict), or a Schema
-    or Constraint as is."""
+    (a Grammar among them) or Constraint as is."""
     if schema is None:
         return AnyJson()
     if isinstance(schema, (str, dict, bool)):

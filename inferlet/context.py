@@ -10,6 +10,7 @@ from pie_core.host import model as _model
 from pie_core.host import scheduling as _market
 from pie_core.host import tools as _tools
 from pie_core.host.errors import InvalidInput
+from inferlet import _blocking
 from inferlet.events import Decoder, EventStream
 from inferlet.forward import Forward
 from inferlet.generator import Generator
@@ -161,11 +162,14 @@ class Context:
         """Alias of :meth:`append`."""
         return self._extend(tokens)
 
+    @_blocking.awaitable("ctx.flush()")
     async def flush(self) -> None:
         """Run prefill on the buffered tokens and commit the pages they fill.
 
         To read probes or samples over the buffered tokens while flushing them, build the
-        pass with ``ctx.forward(flush=True)`` instead.
+        pass with ``ctx.forward(flush=True)`` instead. Called from synchronous code where the
+        runner lets an inferlet block, it blocks instead of returning a coroutine (see
+        :meth:`generate_text`).
         """
         _host.check_live(self._ctx)
         if len(self._pending):
@@ -206,6 +210,9 @@ class Context:
             decode: False: return a :class:`inferlet.Generator` (drive it step by step or with
                 its collectors). True: return an :class:`inferlet.EventStream`; ``async for
                 event in ...`` yields ``Event.Text`` chunks and ends with ``Event.Done``.
+                Where the runner lets an inferlet block (``pie serve --isolation process``
+                or ``--isolation wasm``), the readme's ``for event in ...`` and ``for tokens
+                in ...`` work too.
             reasoning: With ``decode=True``, report the model's reasoning block as
                 ``Event.Thinking`` / ``Event.ThinkingDone`` instead of text.
             tool_use: With ``decode=True``, report tool calls in the model's own syntax as
@@ -223,8 +230,24 @@ class Context:
         decoder = Decoder(self._model, reasoning=reasoning, tool_use=tool_use)
         return EventStream(Generator(self, sampler, **options), decoder)
 
+    @_blocking.awaitable("ctx.generate_text(...)")
     async def generate_text(self, sampler: Sampler | None = None, **options: Any) -> str:
-        """Generate and return the decoded reply (readme convenience)."""
+        """Generate and return the decoded reply (the readme's one-shot form).
+
+        A call cannot return something that is both a ``str`` and awaitable, so the caller
+        decides which it gets. From coroutine code (``async def``: an event loop runs) it
+        returns a coroutine: ``text = await ctx.generate_text(...)``. From synchronous code (a
+        ``def main(input)``, which the process and wasm runners accept) it blocks and returns
+        the text: ``text = ctx.generate_text(...)``, as in the readme. In-process, where
+        nothing may block, synchronous code gets :class:`~pie_core.errors.Unsupported`.
+
+        Args:
+            sampler: How each step picks its token (default ``Sampler.top_p()``).
+            **options: The generator's keyword options (see :meth:`generate`).
+
+        Returns:
+            The reply text (the stop token is not part of it).
+        """
         return await self.generate(sampler or Sampler.top_p(), **options).collect_text()
 
     # -- the KV-page market (see inferlet.scheduling) ----------------------------------------

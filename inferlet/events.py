@@ -1,4 +1,5 @@
-"""Decoded generation: ``async for event in ctx.generate(sampler, decode=True): ...``.
+"""Decoded generation: ``async for event in ctx.generate(sampler, decode=True): ...`` (or,
+where the runner lets an inferlet block, ``for event in ...``; see :mod:`inferlet._blocking`).
 
 :class:`Decoder` turns generated token ids into :class:`Event` values, built on
 :class:`inferlet.chat.Decoder` (visible text, end of turn) and, with ``reasoning=True``,
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Iterator, Union
 
-from inferlet import chat, reasoning as _reasoning
+from inferlet import _blocking, chat, reasoning as _reasoning
 from inferlet.generator import Generator
 from inferlet.model import Model
 
@@ -177,10 +178,14 @@ class EventStream:
     """A generator's output as events: ``async for event in ctx.generate(s, decode=True)``.
 
     Each iteration runs generator steps until they complete an event. The stream ends after
-    ``Event.Done``, which always comes last: at the generator's stop token (which, like in
-    :meth:`Generator.collect_text`, is not part of the text) or when ``max_tokens`` ends it.
-    Leaving the loop early (``break``) just stops generating; the context keeps what was
-    generated so far.
+    ``Event.Done``, which always comes last: at the generator's stop token (not part of the
+    text, nor of the accepted tokens) or when ``max_tokens`` ends it. Leaving the loop early
+    (``break``) just stops generating; the context keeps what was generated so far.
+
+    ``for event in stream`` (the readme's form) does the same, blocking, where the runner lets
+    an inferlet block (the process and wasm runners); in-process it raises
+    :class:`~pie_core.errors.Unsupported`. :meth:`text` and :meth:`tokens` called from
+    synchronous code (``def main``) there return their values.
     """
 
     def __init__(self, generator: Generator, decoder: Decoder) -> None:
@@ -204,6 +209,15 @@ class EventStream:
             self._queue(await self._step())
         return self._pending.popleft()
 
+    def __iter__(self) -> Iterator[AnyEvent]:
+        """``for event in stream``: the same events, blocking for each.
+
+        Raises:
+            Unsupported: The runner cannot block (in-process): write ``async for``.
+        """
+        return _blocking.iterate(self, "for event in ctx.generate(..., decode=True)")
+
+    @_blocking.awaitable("stream.text()")
     async def text(self) -> str:
         """Run to the end and return ``Event.Done``'s text (the whole visible reply)."""
         done = ""
@@ -212,8 +226,9 @@ class EventStream:
                 done = event.text
         return done
 
+    @_blocking.awaitable("stream.tokens()")
     async def tokens(self) -> list[int]:
-        """Run to the end and return every token the generator accepted."""
+        """Run to the end and return every token the generator accepted (not the stop token)."""
         async for _ in self:
             pass
         return await self._gen.collect_tokens()  # already done: returns what it accepted
@@ -223,10 +238,7 @@ class EventStream:
         if gen.is_done:
             return self._dec.finish()
         out = await (await gen.__anext__()).execute()
-        tokens = out.tokens
-        if gen.is_done and tokens and tokens[-1] in gen.stop_tokens:  # the stop token is not text
-            tokens = tokens[:-1]
-        events = self._dec.feed(tokens)
+        events = self._dec.feed(out.tokens)  # a stop token is not among them
         if gen.is_done and not any(isinstance(e, Event.Done) for e in events):
             events += self._dec.finish()
         return events

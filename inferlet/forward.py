@@ -11,6 +11,7 @@ from pie_core.host import inference as _host
 from pie_core.host import speculation as _spec_host
 from pie_core.host.errors import InvalidInput
 from pie_core.host.inference import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
+from inferlet._keywords import renamed
 from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
@@ -149,6 +150,7 @@ class Forward:
         self._handle = handle
         self._pending = pending
         self._start = start
+        self._page_size = _ctx_host.page_size(handle)
         self._tokens: list[int] = []
         self._positions: list[int] = []
         self._masks: list[list[int]] | None = None
@@ -164,6 +166,11 @@ class Forward:
     def start_position(self) -> int:
         """Position the first auto-input token will occupy (``ctx.seq_len`` at creation)."""
         return self._start
+
+    def page_size(self) -> int:
+        """Tokens per KV page of the context this pass runs on (``ctx.page_size``), for sizing
+        per-position structures such as attention masks without going back to the context."""
+        return self._page_size
 
     def input(self, tokens: Sequence[int]) -> Forward:
         """Add token ids with auto-derived positions."""
@@ -254,9 +261,10 @@ class Forward:
         kind = self._probes[probes[0]].kind if probes else None
         return SampleHandle(tuple(rows), tuple(probes), kind)
 
-    def probe(self, idx: int, probe: Probe) -> ProbeHandle:
-        """Read ``probe`` at input index ``idx``."""
-        spec = probe.spec(idx)
+    @renamed(idx="index")
+    def probe(self, index: int, probe: Probe) -> ProbeHandle:
+        """Read ``probe`` at input index ``index`` (also accepted as ``idx=``)."""
+        spec = probe.spec(index)
         self._probes.append(spec)
         return ProbeHandle(len(self._probes) - 1, spec.kind)
 

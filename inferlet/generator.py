@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Protocol
 
 from pie_core.host.errors import InvalidInput
 from pie_core.host import context as _context
 from pie_core.host import model as _model
 from pie_core.host import scheduling as _market
+from inferlet import _blocking
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.model import Model
@@ -41,8 +42,19 @@ class Generator:
 
     Each step runs the context's buffered tokens (on the first step, the prompt; afterwards
     the last accepted token) and samples the next token. Accepted tokens go back into the
-    context's buffer, so the context holds the whole conversation — except a final stop token,
-    which is left out so that ``ctx.seal()`` can close the turn as the chat template does.
+    context's buffer, so the context holds the whole conversation.
+
+    A stop token ends generation and is not an accepted token (the reference's "post stop
+    truncation"): it is not in ``out.tokens``, :meth:`collect_tokens` or
+    :attr:`tokens_generated`, does not count toward ``max_tokens``, and never enters the
+    context (neither its buffer nor its KV cache), so that ``ctx.seal()`` can close the turn
+    as the chat template does. :attr:`is_done` tells that generation ended.
+
+    Drive it with ``async for step in g: out = await step.execute()``, with a collector
+    (``await g.collect_tokens()``, ...), or, where the runner lets an inferlet block (the
+    process and wasm runners, see :mod:`inferlet._blocking`), with the readme's
+    ``for tokens in g`` (each step's accepted tokens) and the collectors called from
+    synchronous code (``def main``), which return their values.
 
     Keyword options (all optional): ``max_tokens`` (stop after n accepted tokens), ``stop``
     (stop-token ids; with ``auto_flush`` they default to the chat format's), ``logit_mask``
@@ -58,10 +70,11 @@ class Generator:
     Before each step the generator tells the KV-page market (:mod:`inferlet.scheduling`) how
     many tokens it still expects: ``horizon`` minus the tokens accepted so far, or, without a
     horizon or once past it, ``max_tokens`` minus them. The context's default bid spreads the
-    inferlet's credits over that many ticks, so a short generation bids more per tick than a
-    long one. When the generator ends (a stop token, ``max_tokens``, a finished constraint) the
-    expectation is withdrawn, so a context waiting between turns bids as if its output length
-    were unknown.
+    inferlet's credits over that many ticks, so a short generation bids more per page than a
+    long one; with neither a horizon nor ``max_tokens`` the market assumes 256 tokens. The
+    horizon is only this hint: it never stops generation. When the generator ends (a stop
+    token, ``max_tokens``, a finished constraint) the expectation is withdrawn, so a context
+    waiting between turns bids as if its output length were unknown (256 tokens).
     """
 
     def __init__(
@@ -162,7 +175,7 @@ class Generator:
     # -- inspection --------------------------------------------------------------------------
     @property
     def tokens_generated(self) -> int:
-        """Tokens accepted so far."""
+        """Tokens accepted so far (a stop token is not one)."""
         return len(self._tokens)
 
     @property
@@ -184,19 +197,36 @@ class Generator:
             raise StopAsyncIteration
         return GenStep(self)
 
+    def __iter__(self) -> Iterator[list[int]]:
+        """``for tokens in g``: run step after step, blocking, and yield each step's accepted
+        tokens (a step that accepted none, such as one that sampled only the stop token,
+        yields nothing).
+
+        Raises:
+            Unsupported: The runner cannot block (in-process): write ``async for step in g``.
+        """
+        return _blocking.iterate(self._batches(), "for tokens in ctx.generate(...)",
+                                 instead="async for step in ctx.generate(...)")
+
+    async def _batches(self) -> AsyncIterator[list[int]]:
+        async for step in self:
+            tokens = (await step.execute()).tokens
+            if tokens:
+                yield tokens
+
+    @_blocking.awaitable("g.collect_tokens()")
     async def collect_tokens(self) -> list[int]:
-        """Run to the end; return every accepted token (a final stop token included)."""
+        """Run to the end; return every accepted token (a stop token is not one)."""
         async for step in self:
             await step.execute()
         return list(self._tokens)
 
+    @_blocking.awaitable("g.collect_text()")
     async def collect_text(self) -> str:
-        """Run to the end and return the reply text (stop tokens excluded)."""
+        """Run to the end and return the reply text."""
         from inferlet.chat import Decoder, Event
 
         tokens = await self.collect_tokens()
-        if tokens and tokens[-1] in self._stop:  # a stop token of ``stop=`` is not text either
-            tokens = tokens[:-1]
         dec = Decoder(self._ctx.model)
         parts: list[str] = []
         for tok in tokens:
@@ -207,6 +237,7 @@ class Generator:
                 parts.append(ev.text)
         return "".join(parts)
 
+    @_blocking.awaitable("g.collect_json()")
     async def collect_json(self, *, schema: Any = None, parse: Callable[[str], Any] | None = None) -> Any:
         """Constrain to JSON, run to the end, and return the parsed reply.
 
@@ -221,10 +252,12 @@ class Generator:
         text = await self.collect_text()
         return parse(text) if parse is not None else parse_json(text, len(self._tokens))
 
+    @_blocking.awaitable("g.tokens()")
     async def tokens(self) -> list[int]:
         """Alias of :meth:`collect_tokens` (the readme's ``stream.tokens()``)."""
         return await self.collect_tokens()
 
+    @_blocking.awaitable("g.text()")
     async def text(self) -> str:
         """Alias of :meth:`collect_text` (the readme's ``stream.text()``)."""
         return await self.collect_text()
@@ -233,8 +266,9 @@ class Generator:
         """Register tokens picked by the caller (e.g. after ``clear_sampler``).
 
         Returns:
-            The tokens actually accepted (cut at a stop token or ``max_tokens``, and before a
-            token the generator's constraints forbid).
+            The tokens actually accepted: cut before a stop token (which ends generation but
+            is not accepted), at ``max_tokens``, and before a token the generator's
+            constraints forbid.
         """
         accepted = self._fold(tokens)
         self._buffer(accepted)
@@ -243,18 +277,22 @@ class Generator:
         return accepted
 
     def _fold(self, tokens: Iterable[int]) -> list[int]:
-        """Advance the generator's state over ``tokens``; the ones accepted."""
+        """Advance the generator's state over ``tokens``; the ones accepted (a stop token ends
+        generation without being accepted)."""
         accepted: list[int] = []
-        for tok in tokens:
+        for tok in map(int, tokens):
             if self._done:
                 break
             if self._rules is not None:  # reconcile: a token the constraints forbid ends the list
-                if not self._rules.admits(int(tok)):
+                if not self._rules.admits(tok):
                     break
-                self._rules.accept(int(tok))
-            accepted.append(int(tok))
-            self._tokens.append(int(tok))
-            if tok in self._stop or (self._max is not None and len(self._tokens) >= self._max):
+                self._rules.accept(tok)
+            if tok in self._stop:
+                self._done = True
+                break
+            accepted.append(tok)
+            self._tokens.append(tok)
+            if self._max is not None and len(self._tokens) >= self._max:
                 self._done = True
             elif self._rules is not None and self._rules.ended:
                 self._done = True
@@ -286,10 +324,7 @@ class Generator:
             _market.set_horizon(handle, None)
 
     def _buffer(self, accepted: list[int]) -> None:
-        # A final stop token is reported but not kept: ``ctx.seal()`` closes the turn the way
-        # the chat template does, so the conversation can go on.
-        keep = accepted[:-1] if accepted and accepted[-1] in self._stop else accepted
-        self._ctx.append(keep)
+        self._ctx.append(accepted)  # the next step runs them (a stop token was never accepted)
 
     def _draft_room(self) -> int:
         """How many drafts the next step may verify (0: it runs without speculation)."""
@@ -326,7 +361,12 @@ class GenStep:
         return ProbeHandle(len(self._gen._each_step) + len(self._probes) - 1, probe.spec(0).kind)
 
     async def execute(self) -> Output:
-        """Run the step's forward pass and fold the sampled tokens into the generator."""
+        """Run the step's forward pass and fold the sampled tokens into the generator.
+
+        Returns:
+            The pass's output; ``out.tokens`` are the tokens the generator accepted this step
+            (post stop and ``max_tokens`` truncation: a stop token is not among them).
+        """
         if self._executed:
             raise InvalidInput("this generator step was already executed; take the next step")
         gen, ctx = self._gen, self._gen._ctx
@@ -365,9 +405,10 @@ class GenStep:
             raise RuntimeError(f"generator bug: {kept} drafts kept in the KV but {len(accepted)} tokens accepted")
         gen._buffer(accepted[kept:])
         spec = gen._speculator
-        if spec is not None and accepted:
-            spec.accept(list(accepted))
-            rejected = len(drafted) - kept
+        if spec is not None:
+            if accepted:
+                spec.accept(list(accepted))
+            rejected = len(drafted) - kept  # also when the step sampled only the stop token
             if rejected > 0 and callable(getattr(spec, "rollback", None)):
                 spec.rollback(rejected)
         return Output(raw, accepted, handle)

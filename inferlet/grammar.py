@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pie_core.host import grammar as _host
+from inferlet._keywords import renamed
 from inferlet.model import Model, Tokenizer
 
 __all__ = ["Grammar", "Matcher", "GrammarConstraint"]
@@ -22,7 +23,12 @@ __all__ = ["Grammar", "Matcher", "GrammarConstraint"]
 
 class Grammar:
     """A grammar, validated, not yet compiled for a vocabulary. Build one with the ``from_*``
-    constructors or :meth:`json`."""
+    constructors or :meth:`json`.
+
+    A Grammar is a Schema: pass it wherever one goes (``ctx.generate(constrain=g)``,
+    ``g.constrain(grammar)``, ``collect_json(schema=grammar)``); each generator gets its own
+    :class:`GrammarConstraint` over it, and the compilation is shared.
+    """
 
     def __init__(self, source: _host.GrammarSource) -> None:
         if not isinstance(source, _host.GrammarSource):
@@ -30,18 +36,19 @@ class Grammar:
         self._source = source
 
     @staticmethod
-    def from_json_schema(s: str | dict[str, Any], *, whitespace: bool = False) -> Grammar:
+    @renamed(s="schema")
+    def from_json_schema(schema: str | dict[str, Any], *, whitespace: bool = False) -> Grammar:
         """JSON conforming to a JSON Schema.
 
         Args:
-            s: The schema, as JSON text or a dict.
+            schema: The schema, as JSON text or a dict (also accepted as ``s=``).
             whitespace: Allow any whitespace between JSON tokens. By default the JSON is
                 written on one line with ``", "`` and ``": "`` separators.
 
         Raises:
-            InvalidInput: ``s`` is not valid JSON or not a schema xgrammar can compile.
+            InvalidInput: ``schema`` is not valid JSON or not a schema xgrammar can compile.
         """
-        return Grammar(_host.json_schema(s, whitespace=whitespace))
+        return Grammar(_host.json_schema(schema, whitespace=whitespace))
 
     @staticmethod
     def json(*, whitespace: bool = False) -> Grammar:
@@ -49,22 +56,24 @@ class Grammar:
         return Grammar(_host.any_json(whitespace=whitespace))
 
     @staticmethod
-    def from_regex(p: str) -> Grammar:
-        """Text matching the regular expression ``p`` in full.
+    @renamed(p="pattern")
+    def from_regex(pattern: str) -> Grammar:
+        """Text matching the regular expression ``pattern`` in full (also accepted as ``p=``).
 
         Raises:
             InvalidInput: The pattern does not parse (or uses lookbehind/backreferences).
         """
-        return Grammar(_host.regex(p))
+        return Grammar(_host.regex(pattern))
 
     @staticmethod
-    def from_ebnf(g: str) -> Grammar:
-        """A Lark (``start: ...``) or GBNF (``root ::= ...``) grammar.
+    @renamed(g="ebnf")
+    def from_ebnf(ebnf: str) -> Grammar:
+        """A Lark (``start: ...``) or GBNF (``root ::= ...``) grammar (also accepted as ``g=``).
 
         Raises:
             InvalidInput: A syntax error or an undefined rule; the message says where.
         """
-        return Grammar(_host.ebnf(g))
+        return Grammar(_host.ebnf(ebnf))
 
     @property
     def kind(self) -> str:
@@ -75,6 +84,10 @@ class Grammar:
     def text(self) -> str:
         """The schema, pattern or grammar text."""
         return self._source.text
+
+    def build_constraint(self, model: Model) -> GrammarConstraint:
+        """The Schema protocol: a fresh constraint over this grammar for ``model``."""
+        return GrammarConstraint.from_grammar(self, model)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Grammar) and other._source == self._source
@@ -136,16 +149,17 @@ class Matcher:
         """
         await _host.matcher_ready(self._h)
 
-    def accept_tokens(self, ids: list[int]) -> None:
-        """Advance over ``ids``, all or none.
+    @renamed(ids="token_ids")
+    def accept_tokens(self, token_ids: list[int]) -> None:
+        """Advance over ``token_ids`` (also accepted as ``ids=``), all or none.
 
         Raises:
             InvalidInput: A token the grammar does not allow at its position (named in the
                 message); the matcher stays as it was.
         """
-        if isinstance(ids, int):
-            ids = [ids]
-        _host.matcher_accept(self._h, [int(t) for t in ids])
+        if isinstance(token_ids, int):
+            token_ids = [token_ids]
+        _host.matcher_accept(self._h, [int(t) for t in token_ids])
 
     def next_token_logit_mask(self) -> list[int]:
         """The tokens allowed next, as a BRLE mask over the vocabulary (first run disallowed).
@@ -210,14 +224,18 @@ class GrammarConstraint:
         self._m = matcher
 
     @staticmethod
-    def from_grammar(g: Grammar, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
+    @renamed(g="grammar")
+    def from_grammar(grammar: Grammar, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
         """A constraint from a grammar built earlier (compiled once per model, then cached)."""
-        return GrammarConstraint(Matcher(g, _model(model), compile_timeout=compile_timeout))
+        return GrammarConstraint(Matcher(grammar, _model(model), compile_timeout=compile_timeout))
 
     @staticmethod
-    def from_json_schema(s: str | dict[str, Any], model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
+    @renamed(s="schema")
+    def from_json_schema(
+        schema: str | dict[str, Any], model: Model, *, compile_timeout: float | None = None
+    ) -> GrammarConstraint:
         """JSON conforming to a JSON Schema (see :meth:`Grammar.from_json_schema`)."""
-        return GrammarConstraint.from_grammar(Grammar.from_json_schema(s), model, compile_timeout=compile_timeout)
+        return GrammarConstraint.from_grammar(Grammar.from_json_schema(schema), model, compile_timeout=compile_timeout)
 
     @staticmethod
     def json(model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
@@ -225,14 +243,16 @@ class GrammarConstraint:
         return GrammarConstraint.from_grammar(Grammar.json(), model, compile_timeout=compile_timeout)
 
     @staticmethod
-    def from_regex(p: str, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
+    @renamed(p="pattern")
+    def from_regex(pattern: str, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
         """Text matching a regular expression in full."""
-        return GrammarConstraint.from_grammar(Grammar.from_regex(p), model, compile_timeout=compile_timeout)
+        return GrammarConstraint.from_grammar(Grammar.from_regex(pattern), model, compile_timeout=compile_timeout)
 
     @staticmethod
-    def from_ebnf(g: str, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
+    @renamed(g="ebnf")
+    def from_ebnf(ebnf: str, model: Model, *, compile_timeout: float | None = None) -> GrammarConstraint:
         """A Lark or GBNF grammar (see :meth:`Grammar.from_ebnf`)."""
-        return GrammarConstraint.from_grammar(Grammar.from_ebnf(g), model, compile_timeout=compile_timeout)
+        return GrammarConstraint.from_grammar(Grammar.from_ebnf(ebnf), model, compile_timeout=compile_timeout)
 
     @property
     def matcher(self) -> Matcher:

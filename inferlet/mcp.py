@@ -8,7 +8,11 @@ Call the tools, resources and prompts of MCP servers configured on the engine
         result = json.loads(await calc.call_tool("add", {"a": 2, "b": 3}))
 
 Every session call returns the raw JSON-RPC result as a JSON string, as in the reference. The
-calls wait on another process, so they are coroutines: ``await`` them.
+calls wait on another process: called from coroutine code (``async def``) they return a
+coroutine to ``await``; called from synchronous code (a ``def main(input)``) where the runner
+lets an inferlet block (``pie serve --isolation process`` or ``--isolation wasm``) they block
+and return the string, as the reference's ``s.list_tools() -> str`` reads (see
+:mod:`inferlet._blocking`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Mapping
 
 from pie_core.host import mcp as _host
 from pie_core.host.errors import InvalidInput
+from inferlet import _blocking
 
 McpError = _host.McpError
 
@@ -36,6 +41,7 @@ class McpSession:
         """The server's name."""
         return _host.server_name(self._h)
 
+    @_blocking.awaitable("s.list_tools()")
     async def list_tools(self) -> str:
         """The tools the server exposes.
 
@@ -47,6 +53,7 @@ class McpSession:
         """
         return _dump(await _host.list_tools(self._h))
 
+    @_blocking.awaitable("s.call_tool(...)")
     async def call_tool(self, name: str, args: Mapping[str, Any] | str | None = None) -> str:
         """Invoke tool ``name``.
 
@@ -64,10 +71,12 @@ class McpSession:
         """
         return _dump(await _host.call_tool(self._h, name, _args(args)))
 
+    @_blocking.awaitable("s.list_resources()")
     async def list_resources(self) -> str:
         """The resources the server offers: the raw ``resources/list`` result as JSON."""
         return _dump(await _host.list_resources(self._h))
 
+    @_blocking.awaitable("s.read_resource(uri)")
     async def read_resource(self, uri: str) -> str:
         """Fetch the resource ``uri``: the raw ``resources/read`` result as JSON
         (``{"contents": [{"uri", "text" | "blob", ...}]}``).
@@ -77,10 +86,12 @@ class McpSession:
         """
         return _dump(await _host.read_resource(self._h, uri))
 
+    @_blocking.awaitable("s.list_prompts()")
     async def list_prompts(self) -> str:
         """The server's prompt templates: the raw ``prompts/list`` result as JSON."""
         return _dump(await _host.list_prompts(self._h))
 
+    @_blocking.awaitable("s.get_prompt(...)")
     async def get_prompt(self, name: str, args: Mapping[str, str] | str | None = None) -> str:
         """Render prompt template ``name`` with string ``args`` (a dict, or a JSON object string).
 
@@ -116,13 +127,16 @@ def available_servers() -> list[str]:
     return _host.available_servers()
 
 
-def connect(name: str) -> McpSession:
-    """Open a session with server ``name``.
+def connect(server_name: str | None = None, *, name: str | None = None) -> McpSession:
+    """Open a session with server ``server_name`` (also accepted as ``name=``).
 
     Raises:
         NotFound: No such server; the message lists the available ones.
+        TypeError: Both names given, or neither.
     """
-    return McpSession(_host.connect(name))
+    if (server_name is None) == (name is None):
+        raise TypeError("mcp.connect() takes the server's name once: connect(server_name) or connect(name=...)")
+    return McpSession(_host.connect(server_name if name is None else name))
 
 
 def _args(args: Mapping[str, Any] | str | None) -> Mapping[str, Any] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 from pie_core.host.inference import ProbeKind, ProbeSpec
 
@@ -32,24 +33,45 @@ class Distribution:
         return ProbeSpec(index, ProbeKind.DISTRIBUTION, temperature=self.temperature, k=self.k)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Logprob:
-    """Log-probability of one token: ``out.logprobs(h)`` is a length-1 list."""
+    """Log-probability of one token: ``out.logprobs(h)`` is a length-1 list.
+
+    ``Logprob(5)``, ``Logprob(token=5)`` and ``Logprob(token_id=5)`` are the same probe.
+    """
 
     token_id: int
+
+    def __init__(self, token: int | None = None, *, token_id: int | None = None) -> None:
+        object.__setattr__(self, "token_id", _one_of("Logprob", token, token_id, "token", "token_id"))
+
+    @property
+    def token(self) -> int:
+        """The token whose log-probability is read (same as ``token_id``)."""
+        return self.token_id
 
     def spec(self, index: int) -> ProbeSpec:
         return ProbeSpec(index, ProbeKind.LOGPROBS, token_ids=(int(self.token_id),))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Logprobs:
-    """Log-probabilities of several tokens, in the given order."""
+    """Log-probabilities of several tokens, in the given order.
+
+    ``Logprobs([1, 2])``, ``Logprobs(tokens=[1, 2])`` and ``Logprobs(token_ids=[1, 2])`` are the
+    same probe; any iterable of ids will do.
+    """
 
     token_ids: tuple[int, ...]
 
-    def __init__(self, token_ids: list[int] | tuple[int, ...]) -> None:
-        object.__setattr__(self, "token_ids", tuple(int(t) for t in token_ids))
+    def __init__(self, tokens: Iterable[int] | None = None, *, token_ids: Iterable[int] | None = None) -> None:
+        ids = _one_of("Logprobs", tokens, token_ids, "tokens", "token_ids")
+        object.__setattr__(self, "token_ids", tuple(int(t) for t in ids))
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The tokens whose log-probabilities are read (same as ``token_ids``)."""
+        return self.token_ids
 
     def spec(self, index: int) -> ProbeSpec:
         return ProbeSpec(index, ProbeKind.LOGPROBS, token_ids=self.token_ids)
@@ -71,6 +93,15 @@ class Embedding:
 
     def spec(self, index: int) -> ProbeSpec:
         return ProbeSpec(index, ProbeKind.EMBEDDING)
+
+
+def _one_of(probe: str, value: Any, alias: Any, name: str, alias_name: str) -> Any:
+    """The one of two names for a probe's argument that the caller used."""
+    if value is not None and alias is not None:
+        raise TypeError(f"{probe}() got {name}= and {alias_name}=, two names for one argument: pass one")
+    if value is None and alias is None:
+        raise TypeError(f"{probe}() is missing its argument: {probe}({name}) or {probe}({alias_name}=...)")
+    return value if value is not None else alias
 
 
 Probe = Logits | Distribution | Logprob | Logprobs | Entropy | Embedding

@@ -61,8 +61,8 @@ class Sampler:
         return Sampler(SamplerKind.TOP_P, temperature, p=p if top_p is None else top_p, seed=seed)
 
     @staticmethod
-    def top_k(temperature: float = 0.6, k: int = 50, *, top_k: int | None = None, seed: int = 0) -> Sampler:
-        """Sample among the ``k`` most likely tokens."""
+    def top_k(temperature: float = 0.6, k: int = 40, *, top_k: int | None = None, seed: int = 0) -> Sampler:
+        """Sample among the ``k`` most likely tokens (``top_k=`` is another name for ``k``)."""
         return Sampler(SamplerKind.TOP_K, temperature, k=k if top_k is None else top_k, seed=seed)
 
     @staticmethod
@@ -73,7 +73,7 @@ class Sampler:
     @staticmethod
     def top_k_top_p(
         temperature: float = 0.6,
-        k: int = 50,
+        k: int = 40,
         p: float = 0.95,
         *,
         top_k: int | None = None,

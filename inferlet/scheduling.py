@@ -7,9 +7,18 @@ per model it uses; making a new page costs :func:`price` credits, contexts holdi
 contention pay rent, and that rent comes back to every inferlet as a dividend in proportion to
 its endowment.
 
-The SDK bids for you: a generator spreads your balance over the tokens it still expects
-(``horizon=`` or ``max_tokens=``). Override one pass with ``ctx.set_bid(value)``, keep a context
-out of the auction with ``with ctx.idle():``, or give its pages back now with ``ctx.suspend()``.
+The SDK bids for you. Before each step a generator tells the market how many tokens its context
+still expects: the ``horizon`` (``ctx.generate(..., horizon=n)`` or ``g.horizon(n)``: the output
+length you expect) minus the tokens accepted so far; without a horizon, or once past it,
+``max_tokens`` minus them; with neither, the market assumes 256. The context's default bid
+spreads the inferlet's balance over that many ticks (plus its dividend income per tick) and
+divides it by the pages the context will hold on average meanwhile, so with credits left a
+short expected output bids more per page than a long one. When the generator ends it withdraws
+its expectation. The horizon is only a hint for this pacing: it does not stop generation
+(``max_tokens`` and stop tokens do), and bids only matter while pages are contended.
+
+Override the bid for one pass with ``ctx.set_bid(value)``, keep a context out of the auction with
+``with ctx.idle():``, or give its pages back now with ``ctx.suspend()``.
 """
 
 from __future__ import annotations

@@ -5,13 +5,14 @@
   ``ctx.answer_tool`` do the same on a context's conversation).
 - :class:`Decoder`: watches generated tokens for the model's tool calls.
 - :func:`parse_call`: the first complete call in a finished reply.
-- :func:`native_matcher`: a grammar over the model's own call syntax, so calls always parse
-  and their arguments follow the tools' schemas.
+- :func:`native_grammar` / :func:`native_matcher`: a grammar (or a matcher walking it) over the
+  model's own call syntax, so calls always parse and their arguments follow the tools' schemas.
 
 Call syntaxes: Qwen 2.5 and Qwen 3 write ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n
 </tool_call>`` (several per reply allowed); Llama 3 writes a bare ``{"name": ..., "parameters":
-{...}}``. Models with no known syntax get ``None`` from :func:`native_matcher` and no events
-from :class:`Decoder`: generate freely and parse the text yourself.
+{...}}``. Models with no known syntax get ``None`` from :func:`native_grammar` and
+:func:`native_matcher` and no events from :class:`Decoder`: generate freely and parse the text
+yourself.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from typing import Any, Iterable
 from pie_core.host import grammar as _grammar
 from pie_core.host import model as _model
 from pie_core.host import tools as _host
+from inferlet._keywords import renamed
 from inferlet.grammar import Grammar, Matcher
 from inferlet.model import Model
 
-__all__ = ["Event", "Decoder", "equip_prefix", "answer_prefix", "parse_call", "native_matcher"]
+__all__ = ["Event", "Decoder", "equip_prefix", "answer_prefix", "parse_call", "native_grammar", "native_matcher"]
 
 
 class Event:
@@ -49,7 +51,8 @@ class Event:
         args: str
 
 
-def equip_prefix(model: Model, schemas: Iterable[Any]) -> list[int]:
+@renamed(schemas="tools")
+def equip_prefix(model: Model, tools: Iterable[Any]) -> list[int]:
     """Tokens that register the tool schemas the way the model's chat template does.
 
     They open the conversation (system turn and tool list; for Llama 3 the system turn holds
@@ -59,15 +62,15 @@ def equip_prefix(model: Model, schemas: Iterable[Any]) -> list[int]:
 
     Args:
         model: The model.
-        schemas: One JSON Schema per tool, as dicts or JSON text, either
-            ``{"type": "function", "function": {"name", "description", "parameters"}}`` or the
-            bare ``{"name", "description", "parameters"}``.
+        tools: One JSON Schema per tool (also accepted as ``schemas=``), as dicts or JSON
+            text, either ``{"type": "function", "function": {"name", "description",
+            "parameters"}}`` or the bare ``{"name", "description", "parameters"}``.
 
     Raises:
         InvalidInput: A schema without a name, or two tools with one name.
         Unsupported: The model's chat template has no tool support.
     """
-    return _host.equip_prefix(model.name, list(schemas))
+    return _host.equip_prefix(model.name, list(tools))
 
 
 def answer_prefix(model: Model, name: str, value: Any) -> list[int]:
@@ -94,28 +97,47 @@ def parse_call(model: Model, text: str) -> Event.Call | None:
     return Event.Call(*calls[0]) if calls else None
 
 
-def native_matcher(
-    model: Model, schemas: Iterable[Any], *, choice: str = "auto", compile_timeout: float | None = None
-) -> Matcher | None:
-    """A Matcher over the model's native tool-call syntax for these tools, or None.
+@renamed(schemas="tools")
+def native_grammar(model: Model, tools: Iterable[Any], *, choice: str = "auto") -> Grammar | None:
+    """The grammar of the model's native tool-call syntax for these tools, or None.
 
     With ``choice="auto"`` the reply may be text or calls, and every call names one of the
     tools with arguments matching its ``parameters`` schema; ``"required"`` asks for at least
-    one call; a tool's name forces a call to it. Wrap it to constrain a generator:
-    ``ctx.generate(s, constrain=GrammarConstraint(tools.native_matcher(model, schemas)))``.
+    one call; a tool's name forces a call to it. A Grammar is a Schema, so it constrains a
+    generator as it is (``ctx.generate(s, constrain=grammar)``), each generator walking it
+    with its own matcher; the grammar is compiled once per model however often it is used.
+
+    Args:
+        model: The model whose chat format writes the calls.
+        tools: The tools' schemas, as for :func:`equip_prefix` (also accepted as ``schemas=``).
+        choice: ``"auto"``, ``"required"`` or one tool's name.
 
     Returns:
         None when the model's chat format has no known tool-call syntax: generate freely and
         parse the reply yourself.
 
     Raises:
+        InvalidInput: Malformed schemas or an unknown ``choice``.
+    """
+    source = _host.call_grammar(model.name, list(tools), choice)
+    return None if source is None else Grammar(source)
+
+
+@renamed(schemas="tools")
+def native_matcher(
+    model: Model, tools: Iterable[Any], *, choice: str = "auto", compile_timeout: float | None = None
+) -> Matcher | None:
+    """A Matcher over :func:`native_grammar` (same arguments), or None when that is None.
+
+    Wrap it to constrain one generator:
+    ``ctx.generate(s, constrain=GrammarConstraint(tools.native_matcher(model, tools)))``.
+
+    Raises:
         InvalidInput: Malformed schemas, an unknown ``choice``, or a parameters schema that
             cannot be compiled.
     """
-    source = _host.call_grammar(model.name, list(schemas), choice)
-    if source is None:
-        return None
-    return Matcher(Grammar(source), model, compile_timeout=compile_timeout)
+    grammar = native_grammar(model, tools, choice=choice)
+    return None if grammar is None else Matcher(grammar, model, compile_timeout=compile_timeout)
 
 
 class Decoder:

@@ -12,8 +12,13 @@ from inferlet import Context, Logprob, Model, Sampler, chat, runtime
 
 
 async def sample(prefix: Context, sampler: Sampler, max_tokens: int) -> list[int]:
+    """One candidate's tokens. The generator leaves out the stop token that ends a reply; the
+    chat format's end-of-turn token is put back here, so that a candidate's score counts how
+    likely the model was to end its reply there."""
     with prefix.fork() as ctx:
-        return await ctx.generate(sampler, max_tokens=max_tokens).collect_tokens()
+        tokens = await ctx.generate(sampler, max_tokens=max_tokens).collect_tokens()
+    ended = len(tokens) < max_tokens  # only a stop token ends it before max_tokens
+    return tokens + chat.stop_tokens(prefix.model)[:1] if ended else tokens
 
 
 async def mean_logprob(prefix: Context, tokens: list[int]) -> float:

@@ -18,15 +18,21 @@ from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
 from pie_core.runtime.stdio import flush_stdout, install_stdio_router
+from inferlet._blocking import WHERE
 
-__all__ = ["load_entry", "run_inferlet", "run_main", "run_child", "equip_for_spawn"]
+__all__ = ["load_entry", "run_inferlet", "run_main", "run_child", "equip_for_spawn", "check_return"]
 
 
-def load_entry(manifest: Manifest) -> Callable[[dict[str, Any]], Any]:
+def load_entry(manifest: Manifest, *, synchronous: bool = False) -> Callable[[dict[str, Any]], Any]:
     """Import the inferlet's entry module under a private name and return its ``main``.
 
+    Args:
+        synchronous: Also accept a plain ``def main(input)`` (runners that let an inferlet
+            block: the process runner; see :mod:`inferlet._blocking`).
+
     Raises:
-        InvalidInput: The module has no ``async def main(input)``.
+        InvalidInput: The module has no ``async def main(input)`` (nor, with ``synchronous``,
+            a ``def main(input)``).
     """
     path = manifest.entry_path
     mod_name = f"_pie_inferlet_{manifest.name.replace('-', '_')}_{abs(hash(path))}"
@@ -40,8 +46,10 @@ def load_entry(manifest: Manifest) -> Callable[[dict[str, Any]], Any]:
     finally:
         sys.path.remove(str(Path(path).parent))
     main = getattr(module, "main", None)
-    if main is None or not inspect.iscoroutinefunction(main):
+    if main is None or not callable(main):
         raise InvalidInput(f"{path} must define 'async def main(input)'")
+    if not synchronous and not inspect.iscoroutinefunction(main):
+        raise InvalidInput(f"{path}: main is a plain function here: write 'async def main(input)' ({WHERE})")
     return main
 
 
@@ -97,7 +105,7 @@ async def run_main(
     token = bind(inst)
     try:
         try:
-            final = Event("return", _jsonable(await main(payload)))
+            final = Event("return", check_return(await main(payload)))
         except asyncio.CancelledError as exc:  # task.cancel(reason) puts the reason in the event
             flush_stdout(inst)
             emit(Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled"))
@@ -129,10 +137,47 @@ def equip_for_spawn(instance: HostInstance) -> HostInstance:
     return instance
 
 
-def _jsonable(value: Any) -> Any:
+def check_return(value: Any) -> Any:
+    """``main``'s return value, which the Return event carries as JSON, checked that it is JSON.
+
+    The wasm guest (``pie_guest.runner``) makes the same check with the same message.
+
+    Raises:
+        TypeError: ``value`` is not JSON-serialisable (a set, bytes, an object, NaN, a dict
+            with tuple keys, ...); the message names the type.
+    """
+    refused: list[Any] = []
+
+    def refuse(obj: Any) -> Any:
+        refused.append(obj)
+        raise TypeError
+
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
+        json.dumps(value, allow_nan=False, default=refuse)
+    except (TypeError, ValueError, RecursionError) as exc:
+        top = f"a value of type {type(value).__name__}"
+        if refused:
+            inner = "" if refused[0] is value else f" holding a value of type {type(refused[0]).__name__}"
+            what = f"{top}{inner}, which is not JSON-serialisable"
+        elif isinstance(exc, RecursionError):
+            what = f"{top} nested too deeply to encode"
+        elif isinstance(exc, TypeError):  # json.dumps refuses a key without asking ``default``
+            what = f"{top} with a dict key that is not a str, int, float, bool or None"
+        elif "Circular" in str(exc):
+            what = f"{top} that contains itself"
+        else:  # allow_nan=False
+            what = f"{top} that is or holds NaN or infinity, which JSON cannot represent"
+        advice = "return JSON-compatible values (dict, list, str, int, float, bool or None)"
+        raise TypeError(f"main returned {what}: {advice}") from None
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """A value a worker or guest already passed through :func:`check_return`, as JSON; one that
+    still is not (a guest that tampered with its runner) becomes its repr."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
     return value
 

@@ -154,20 +154,26 @@ def test_released_context_refuses_use(dummy):
 
 
 def test_cancelled_inferlet_frees_its_pages(dummy):
+    flushed = asyncio.Event()
+    held: list[bool] = []
+
     async def main(_):
         ctx = Context(_model())
         ctx.user("a long wait " * 20)
         await ctx.flush()
-        await asyncio.sleep(3600)
+        held.append(not dummy.engine.pools_whole())
+        flushed.set()
+        await asyncio.Event().wait()  # until cancelled
 
     async def go():
         task = asyncio.ensure_future(dummy.run_async(main))
-        await asyncio.sleep(0.2)
+        await flushed.wait()  # cancel only once the context holds its pages
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(go())
+    assert held == [True]
     assert dummy.engine.pools_whole()
 
 
@@ -185,10 +191,10 @@ def test_stop_token_ends_generation_and_is_left_for_seal(dummy):
             tokens = await g.collect_tokens()
             buffer = ctx.buffer()
             ctx.seal()
-            return tokens, stop, g.is_done, buffer, ctx.buffer(), chat.seal(model)
+            return tokens, g.tokens_generated, g.is_done, buffer, ctx.buffer(), chat.seal(model)
 
-    tokens, stop, done, buffer, sealed, seal = dummy.value(main)
-    assert tokens == [stop] and done
+    tokens, generated, done, buffer, sealed, seal = dummy.value(main)
+    assert tokens == [] and generated == 0 and done  # the stop token ends it, uncounted
     assert buffer == [] and sealed == seal
 
 

@@ -37,6 +37,19 @@ def _first_new(tokens: list[int], start: int) -> int:
     return next(k for k in range(start, len(tokens)) if tokens[k] not in tokens[:k])
 
 
+class _WordsThenOnly:
+    """A Constraint: plain words for the first ``n`` tokens, then only ``token``."""
+
+    def __init__(self, model: Model, n: int, token: int) -> None:
+        only = np.zeros(model.vocab_size, dtype=bool)
+        only[token] = True
+        self.words, self.only, self.n, self.seen = _words(model), brle.encode(only), n, 0
+
+    def step(self, accepted: list[int]) -> list[int]:
+        self.seen += len(accepted)  # the tokens accepted since the previous call
+        return self.words if self.seen < self.n else self.only
+
+
 def test_auto_flush_appends_the_cue_and_stops_at_the_chat_stop_tokens(dummy):
     async def main(_):
         model = _model()
@@ -44,15 +57,18 @@ def test_auto_flush_appends_the_cue_and_stops_at_the_chat_stop_tokens(dummy):
         with Context(model) as ctx:
             ctx.user("hi")
             prompt = ctx.buffer()
-            g = ctx.generate(Sampler.argmax(), max_tokens=5, logit_mask=_words(model, stop))
+            g = ctx.generate(Sampler.argmax(), max_tokens=5, constrain=_WordsThenOnly(model, 2, stop))
             cued = ctx.buffer()
-            tokens = await g.collect_tokens()
-        return prompt, cued, chat.cue(model), tokens, stop
+            steps = [(await step.execute()).tokens async for step in g]
+            kept = ctx.seq_len + len(ctx.buffer())
+        return prompt, cued, chat.cue(model), steps, g.tokens_generated, g.is_done, kept, _words(model)
 
-    prompt, cued, cue, tokens, stop = dummy.value(main)
+    prompt, cued, cue, steps, generated, done, kept, words = dummy.value(main)
     assert cued == prompt + cue  # before any step runs
-    assert len(tokens) == 5 or tokens[-1] == stop
-    assert stop not in tokens[:-1]
+    # two words, then the chat stop token ends it: that step accepts nothing (post stop truncation)
+    assert [len(t) for t in steps] == [1, 1, 0] and generated == 2 and done
+    assert brle.decode(words)[steps[0] + steps[1]].all()  # plain words, no stop token
+    assert kept == len(cued) + 2  # the context holds the prompt, the cue and the two words only
 
 
 def test_without_auto_flush_the_buffer_is_left_alone_and_nothing_stops_early(dummy):
@@ -109,8 +125,8 @@ def test_stop_replaces_and_add_stop_extends_the_stop_set(dummy):
         return tokens, k, m, results
 
     tokens, k, m, (only_m, replaced, both) = dummy.value(main)
-    assert only_m == tokens[: m + 1]
-    assert replaced == both == tokens[: k + 1]
+    assert only_m == tokens[:m]  # the stop token itself is not accepted
+    assert replaced == both == tokens[:k]
 
 
 def test_horizon_is_a_chainable_validated_hint(dummy):
@@ -214,7 +230,7 @@ def test_accept_stops_at_max_tokens_and_stop_tokens(dummy):
 
     capped, late, g_done, stopped, h_done, buffer = dummy.value(main)
     assert capped == [1, 2, 3] and late == [] and g_done
-    assert stopped == [1, 7] and h_done and buffer == [1]  # the stop token is reported, not kept
+    assert stopped == [1] and h_done and buffer == [1]  # the stop token ends it: neither reported nor kept
 
 
 def test_a_step_runs_once(dummy):

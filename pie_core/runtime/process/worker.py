@@ -11,6 +11,10 @@ events, one per line (a partial line goes out on ``flush()`` and when ``main`` e
 The SDK is unchanged: every host function of :mod:`.host_api` is replaced by a proxy that sends
 the call to the engine, which runs it for this worker's instance and sends back the result.
 Engine objects come back as opaque handles, good only as arguments of host functions.
+
+The worker runs one inferlet, so the inferlet may block: the SDK's synchronous forms
+(:mod:`inferlet._blocking`) run their waits on private event loops of this process, and a plain
+``def main(input)`` runs as synchronous code, in which the SDK's waiting calls return values.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from inferlet import _blocking
 from pie_core.runtime import host_api
 from pie_core.runtime.host_api import HOST_MODULES
 from pie_core.runtime.process import sandbox
@@ -69,9 +74,9 @@ class _Link:
     thread. Frames are written whole under a lock; a write made while this thread is already
     writing (a finaliser that prints, run by the garbage collector mid-write) goes out after."""
 
-    def __init__(self, rfd: int, wfd: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, rfd: int, wfd: int) -> None:
         self._r, self._w = os.fdopen(rfd, "rb", buffering=0), wfd
-        self._loop, self._lock, self._ids = loop, threading.Lock(), itertools.count(1)
+        self._lock, self._ids = threading.Lock(), itertools.count(1)
         self._writing = threading.local()
         self._later: collections.deque[bytes] = collections.deque()
         self._waiting: dict[int, Callable[[bool, Any], None]] = {}
@@ -161,7 +166,9 @@ class _Link:
         return value
 
     async def acall(self, op: str, *args: Any) -> Any:
-        fut: asyncio.Future[Any] = self._loop.create_future()
+        # the loop running now: the worker's, or a private one of a blocking wait (inferlet._blocking)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
 
         def resolve(ok: bool, value: Any) -> None:  # on the loop
             if fut.done():
@@ -172,7 +179,10 @@ class _Link:
                 fut.set_exception(value)
 
         def settle(ok: bool, value: Any) -> None:  # on the reader thread
-            self._loop.call_soon_threadsafe(resolve, ok, value)
+            try:
+                loop.call_soon_threadsafe(resolve, ok, value)
+            except RuntimeError:  # that loop was closed: nobody waits for the reply any more
+                pass
 
         rid = next(self._ids)
         self._waiting[rid] = settle
@@ -254,20 +264,21 @@ def preload() -> None:
 
 
 async def _run(link: _Link) -> None:
-    from pie_core.runtime.instance import _describe, _jsonable, load_entry
+    from pie_core.runtime.instance import _describe, check_return, load_entry
     from pie_core.runtime.manifest import Manifest
     from pie_core.runtime.process.limits import WorkerLimits
 
     first = link.read()
     manifest = Manifest(name=first["name"], version="", description="", entry=first["entry"], root=Path(first["root"]))
     _install_proxies(link)
+    _blocking.install(asyncio.new_event_loop)  # this process runs one inferlet: it may block
     threading.Thread(target=link.serve_replies, name="pie-worker-reader", daemon=True).start()
     sys.stdout, sys.stderr = _ToClient(link, "stdout"), _ToClient(link, "stderr")
     try:
         confined = sandbox.enter(manifest.root, first["scratch"], WorkerLimits(**first["limits"]))
-        entry = load_entry(manifest)
+        entry = _as_coroutine_function(load_entry(manifest, synchronous=True))
         link.send(["started", confined])
-        final = ["return", _jsonable(await entry(first["input"]))]
+        final = ["return", check_return(await entry(first["input"]))]
     except MemoryError:
         final = ["error", "MemoryError: the inferlet exceeded its memory limit"]
     except Exception as exc:
@@ -279,6 +290,18 @@ async def _run(link: _Link) -> None:
     link.send(["done", *final])
 
 
+def _as_coroutine_function(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``main`` as a coroutine function: a plain ``def main(input)`` runs as synchronous code
+    (no event loop running), so the SDK's calls in it block and return values."""
+    if inspect.iscoroutinefunction(main):
+        return main
+
+    async def run(payload: Any) -> Any:
+        return _blocking.call_synchronously(main, payload)
+
+    return run
+
+
 def main() -> None:
     preload()
     wfd = os.dup(1)
@@ -288,7 +311,7 @@ def main() -> None:
     os.close(null)
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - until _run routes them to the client
     loop = asyncio.new_event_loop()
-    link = _Link(0, wfd, loop)
+    link = _Link(0, wfd)
     try:
         loop.run_until_complete(_run(link))
     except BaseException as exc:  # noqa: BLE001 - the engine must hear why, not see a bare exit

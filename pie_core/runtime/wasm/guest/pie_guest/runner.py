@@ -1,4 +1,8 @@
-"""Run the inferlet at ``/inferlet``: import its entry, drive ``main(input)`` on the guest loop."""
+"""Run the inferlet at ``/inferlet``: import its entry, drive ``main(input)`` on the guest loop.
+
+The guest runs one inferlet, so the inferlet may block: the SDK's synchronous forms
+(:mod:`inferlet._blocking`) run their waits on guest loops of their own, and a plain
+``def main(input)`` is called with no loop running, so the SDK's waiting calls return values."""
 
 import asyncio
 import importlib.util
@@ -8,6 +12,7 @@ import sys
 
 from componentize_py_types import Err
 
+from inferlet import _blocking
 from pie_guest.loop import GuestLoop
 
 __all__ = ["run"]
@@ -24,22 +29,51 @@ def run(request: str) -> str:
     try:
         sys.stdout.reconfigure(line_buffering=True)
         first = json.loads(request)
+        _blocking.install(GuestLoop)
         main = _load(first["entry"])
-        loop = GuestLoop()
-        asyncio.set_event_loop(loop)
-        try:
-            value = loop.run_until_complete(main(first["input"]))
-        finally:
-            loop.close()
-        try:
-            return json.dumps(value)
-        except (TypeError, ValueError):
-            return json.dumps(repr(value))
+        if inspect.iscoroutinefunction(main):
+            loop = GuestLoop()
+            asyncio.set_event_loop(loop)
+            try:
+                value = loop.run_until_complete(main(first["input"]))
+            finally:
+                loop.close()
+        else:
+            value = main(first["input"])
+        return _encode_return(value)
     except BaseException as exc:  # noqa: BLE001 - everything becomes the error the host reports
         raise Err(f"{type(exc).__name__}: {exc}") from None
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _encode_return(value) -> str:
+    """``main``'s value as JSON; the check and message of ``pie_core.runtime.instance.check_return``
+    (which this guest cannot import), so every runner fails a non-JSON return the same way."""
+    refused = []
+
+    def refuse(obj):
+        refused.append(obj)
+        raise TypeError
+
+    try:
+        return json.dumps(value, allow_nan=False, default=refuse)
+    except (TypeError, ValueError, RecursionError) as exc:
+        top = f"a value of type {type(value).__name__}"
+        if refused:
+            inner = "" if refused[0] is value else f" holding a value of type {type(refused[0]).__name__}"
+            what = f"{top}{inner}, which is not JSON-serialisable"
+        elif isinstance(exc, RecursionError):
+            what = f"{top} nested too deeply to encode"
+        elif isinstance(exc, TypeError):  # json.dumps refuses a key without asking ``default``
+            what = f"{top} with a dict key that is not a str, int, float, bool or None"
+        elif "Circular" in str(exc):
+            what = f"{top} that contains itself"
+        else:  # allow_nan=False
+            what = f"{top} that is or holds NaN or infinity, which JSON cannot represent"
+        advice = "return JSON-compatible values (dict, list, str, int, float, bool or None)"
+        raise TypeError(f"main returned {what}: {advice}") from None
 
 
 def _load(entry: str):
@@ -51,6 +85,6 @@ def _load(entry: str):
     sys.path.insert(0, ROOT)
     spec.loader.exec_module(module)
     main = getattr(module, "main", None)
-    if main is None or not inspect.iscoroutinefunction(main):
-        raise TypeError(f"{entry} must define 'async def main(input)'")
+    if main is None or not callable(main):
+        raise TypeError(f"{entry} must define 'async def main(input)' (or 'def main(input)')")
     return main
