@@ -1,6 +1,6 @@
 """Every key ``pie config set`` accepts, with its type and range, checked before the file is written.
 
-A key is one of the fixed keys of :data:`SETTINGS` (``engine.*``, ``server.worker_*``), a model
+A key is one of the fixed keys of :data:`SETTINGS` (``engine.*``, ``server.worker_*``, ``server.cors_origins``), a model
 entry field (``model.<name>.path`` / ``.format``), or a key of a table whose own reader checks it
 (``server.quotas.*`` through :class:`~pie_core.server.quotas.Quotas`, ``mcp.servers.*`` through
 :func:`~pie_core.mcp.servers.configured_servers`). Anything else is refused with one line that
@@ -105,6 +105,21 @@ def _absolute(text: str) -> str:
     return text if os.path.isabs(path) or text.startswith("~") else os.path.abspath(path)
 
 
+def _origins(text: str, doc: TOMLDocument) -> list[str]:
+    from pie_core.server.cors import CorsPolicy
+
+    value = config.parse_value(text)
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Bad()
+    try:
+        CorsPolicy(tuple(v.rstrip("/").lower() if v != "*" else v for v in value))
+    except PieError as exc:
+        raise _Bad(str(exc)) from None
+    return value
+
+
 def _model(text: str, doc: TOMLDocument) -> str:
     from pie_core.models.registry import check_model_name
 
@@ -153,6 +168,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
     Setting("server.worker_start_s", "a number of seconds >= 0", _seconds, "time a worker may take to start"),
     Setting("server.worker_cpu_s", "a whole number of seconds >= 0", _whole(0), "CPU-time limit of a worker; 0 is none"),
     Setting("server.worker_memory", "a size such as 4GiB", _size, "address-space limit of a worker"),
+    Setting("server.cors_origins", "a list of web origins such as '[\"https://app.example.com\"]', or '*'",
+            _origins, "web pages allowed to call the HTTP API from a browser; none by default"),
 )}
 MODEL_FIELDS = ("path", "format")
 _TABLES = ("server.quotas.<quota>", "server.quotas.users.<user>.<quota>",

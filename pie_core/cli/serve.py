@@ -83,9 +83,11 @@ def _serve(args: argparse.Namespace) -> int:
     auth = Authenticator.from_config(enabled=not args.no_auth)
     if auth.enabled and auth.user_count == 0:
         raise InvalidInput("auth is on but no users exist: add one with 'pie auth add NAME' (or use --no-auth on a loopback host)")
+    from pie_core.server.cors import CorsPolicy
     from pie_core.server.quotas import Quotas
 
     quotas = Quotas.from_config()  # a bad [server.quotas] table stops us before the model loads
+    cors = CorsPolicy.from_config()  # and a bad [server] cors_origins
     engine_opts = engine_options(args)  # so do bad pool flags or [engine] keys
     args.isolation = _isolation(args.isolation)  # and a runner that cannot run here
     console = Console(stderr=True)
@@ -93,7 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     engine = Engine(engine_opts.backend_name, policy=args.policy, **engine_opts.engine_kwargs())
     load_model(engine, args.model)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
-                            quotas=quotas)
+                            quotas=quotas, cors=cors)
     from pie_core.runtime.process import ProcessLauncher, WorkerLimits
     from pie_core.runtime.launcher import InProcessLauncher
 

@@ -23,7 +23,9 @@ from pie_core.runtime.launcher import InProcessLauncher, Launcher
 from pie_core.server import openai
 from pie_core.server.auth import AuthError, Authenticator
 from pie_core.server.connection import ClientSession
+from pie_core.server.cors import CorsPolicy
 from pie_core.server.http import MAX_BODY, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
+from pie_core.server.latency import RequestMetrics
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
 from pie_core.server.quotas import ConnectionCounts, Quotas
@@ -52,6 +54,8 @@ class ServerOptions:
         quotas: What each user may hold at once (docs/server.md, "Quotas").
         max_unauthenticated: WebSocket connections that may wait for their ``auth`` request at
             once (0 = no cap).
+        cors: Which web origins may call the HTTP API from a browser (default: none; ``pie
+            serve`` reads ``[server] cors_origins``, see :mod:`pie_core.server.cors`).
     """
 
     host: str = "127.0.0.1"
@@ -64,6 +68,7 @@ class ServerOptions:
     retain_s: float = 3600.0
     quotas: Quotas = field(default_factory=Quotas)
     max_unauthenticated: int = 64
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,6 +97,7 @@ class PieServer:
         self.connections = ConnectionCounts(self.options.quotas, self.options.max_unauthenticated)
         self._apply_quotas(self.options.quotas)
         self.rate = RateMeter()
+        self.request_metrics = RequestMetrics(list(engine.models), [p for _, p in self._routes()])
         self.console = console or Console(stderr=True)
         self.connection_count = 0
         self._server: Server | None = None
@@ -110,7 +116,7 @@ class PieServer:
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
-        self._connections = HttpConnections(self._http, self._http_admit)
+        self._connections = HttpConnections(self._http, self._http_admit, observe=self.request_metrics.response)
         self._server = await serve(
             self._handle,
             self.options.host,
@@ -153,6 +159,8 @@ class PieServer:
             self._status_task.cancel()
         if self._server is not None:
             self._server.server.close()  # stop accepting; open connections still get their last events
+            if self._connections is not None:
+                self._connections.drain()  # kept-alive HTTP connections close (busy ones after their response)
             try:
                 await asyncio.wait_for(self.processes.shutdown("server shutting down", flush_s=1.0),
                                        max(0.1, deadline - loop.time() - 1.0))
@@ -187,9 +195,16 @@ class PieServer:
     # WebSocket --------------------------------------------------------------------------------
 
     def _check_handshake(self, connection: ServerConnection, request: Request) -> Response | None:
-        """An ``Authorization: Bearer`` header, when present, must be valid (401 otherwise)."""
-        header = request.headers.get("Authorization")
+        """A browser page's handshake (an ``Origin`` header) needs an allowed origin (403
+        otherwise: on a loopback ``--no-auth`` server a visited page could run inferlets); an
+        ``Authorization: Bearer`` header, when present, must be valid (401 otherwise)."""
+        origin = request.headers.get("Origin")
         connection.pie_user = None  # type: ignore[attr-defined]
+        if origin is not None and not self.options.cors.allows(origin):
+            return Response(403, "Forbidden", Headers([("Content-Type", "text/plain")]),
+                            f"WebSocket connections from web origin {origin!r:.100} are not allowed; the server's "
+                            "admin can list it in [server] cors_origins\n".encode())
+        header = request.headers.get("Authorization")
         if not self.auth.enabled:
             connection.pie_user = self.auth.check(None)  # type: ignore[attr-defined]
         elif header is not None:
@@ -234,26 +249,35 @@ class PieServer:
             ("GET", "/v1/models"): self._v1_models,
             ("POST", "/v1/chat/completions"): openai.chat_completions,
             ("POST", "/v1/completions"): openai.completions,
+            ("POST", "/v1/embeddings"): openai.embeddings,
         }
 
+    def _routes(self) -> list[tuple[str, str]]:
+        return [("GET", "/health"), ("GET", "/metrics"), *self._v1_routes()]
+
     def _http_admit(self, request: HttpRequest) -> int:
-        """From the head alone: 404 for an unknown route, 401 for a bad token on ``/v1/*``, else
-        the most body bytes the route takes (nothing is buffered for a request refused here)."""
+        """From the head alone: 403 for a disallowed web origin (204 for an allowed CORS preflight),
+        404 for an unknown route, 401 for a bad token on ``/v1/*``, else the most body bytes the
+        route takes (nothing is buffered for a request refused here)."""
+        self.options.cors.check(request)
+        cors = self.options.cors.headers(request)
         route = (request.method, request.path.rstrip("/") or "/")
         if route in (("GET", "/health"), ("GET", "/metrics")):
             return 0
         if route not in self._v1_routes():
-            known = "GET /health, GET /metrics, GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+            known = ", ".join(f"{m} {p}" for m, p in self._routes())
             raise HttpRefusal(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}",
-                                                    code="not_found"))
+                                                    code="not_found"), headers=cors)
         try:
             self.auth.bearer(request.headers.get("authorization"))
         except AuthError as exc:
-            raise HttpRefusal(401, openai.error_body(str(exc), "authentication_error", code="invalid_api_key")) from None
+            raise HttpRefusal(401, openai.error_body(str(exc), "authentication_error", code="invalid_api_key"),
+                              headers=cors) from None
         return MAX_BODY if request.method == "POST" else 0
 
     async def _http(self, request: HttpRequest, respond: HttpResponder) -> None:
         route = (request.method, request.path.rstrip("/") or "/")
+        respond.headers = self.options.cors.headers(request)
         try:
             if route == ("GET", "/health"):
                 body = {"status": "ok", "models": list(self.engine.models), "processes": len(self.processes)}

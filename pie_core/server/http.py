@@ -3,14 +3,17 @@
 ``websockets`` parses only handshake requests and refuses any request with a body, so its
 ``process_request`` hook cannot serve ``POST /v1/chat/completions``. Instead each connection
 sniffs its first request head: a WebSocket upgrade goes on to ``websockets`` unchanged;
-anything else is parsed with ``h11`` and answered by an :class:`HttpApp` (one request per
-connection, ``Connection: close``), with streamed bodies for server-sent events.
+anything else is parsed with ``h11`` and answered by an :class:`HttpApp`, with streamed bodies
+for server-sent events. Connections are kept alive (HTTP/1.1 persistent connections: several
+requests, one after another, on one connection) unless the client sends ``Connection: close`` or
+the response is an error; a kept connection idle for ``KEEPALIVE_IDLE_S`` is closed.
 
 Every byte a client sends is hostile, so a connection is held to bounds before anyone has
 checked who sent it: the whole request (head and body) must arrive within
-``REQUEST_TIMEOUT_S``; the route's admission check (auth, body size) runs on the head, before
+``REQUEST_TIMEOUT_S`` of its first byte (of the connection, for the first request); the route's admission check (auth, body size) runs on the head, before
 any body byte is buffered; at most ``MAX_UNFINISHED`` connections may be mid-request at once
-(beyond that the oldest is dropped); a client that closes its socket cancels its request; and
+(beyond that the oldest is dropped; a kept-alive connection waiting for its next request counts);
+a pipelined request waits, unread past ``MAX_HEAD`` bytes, until the one before it is answered; a client that closes its socket cancels its request; and
 :meth:`HttpConnections.abort_all` ends every connection at once for shutdown.
 """
 
@@ -35,6 +38,7 @@ REQUEST_TIMEOUT_S = 30.0  # head and body together: a 4 MiB body must come at >=
 MAX_UNFINISHED = 256  # connections still sending their request head or body, server-wide
 WRITE_STALL_S = 30.0  # a client that reads nothing of its response for this long is dropped
 LINGER_S = 2.0  # after the response, how long a closing connection may take to flush it
+KEEPALIVE_IDLE_S = 5.0  # a kept-alive connection with no new request for this long is closed
 
 log = logging.getLogger("pie.server.http")
 
@@ -44,13 +48,15 @@ class ClientGone(ConnectionError):
 
 
 class HttpRefusal(Exception):
-    """Raised by an admission check to answer a request from its head alone."""
+    """Raised by an admission check to answer a request from its head alone (the connection then closes)."""
 
-    def __init__(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def __init__(self, status: int, body: bytes, content_type: str = "application/json",
+                 headers: list[tuple[str, str]] | None = None) -> None:
         super().__init__(status, body)
         self.status = status
         self.body = body
         self.content_type = content_type
+        self.headers = headers or []
 
 
 def error_json(message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -76,14 +82,26 @@ Admit = Callable[[HttpRequest], int]
 """Checks a request from its head (``body`` is empty) and returns the most body bytes its route
 takes; raises :class:`HttpRefusal` to answer at once without reading the body."""
 
+Observe = Callable[[str, int], None]
+"""Called with the request path and the status of every response the server starts."""
+
 
 class HttpResponder:
-    """Writes one response: whole (:meth:`send`) or streamed (:meth:`start` / :meth:`write` / :meth:`end`)."""
+    """Writes one response: whole (:meth:`send`) or streamed (:meth:`start` / :meth:`write` / :meth:`end`).
 
-    def __init__(self, transport: asyncio.Transport, conn: h11.Connection) -> None:
+    ``headers`` go on the response whatever its status (the app sets CORS headers there). An error
+    status (400 and up) closes the connection after the response.
+    """
+
+    def __init__(self, transport: asyncio.Transport, conn: h11.Connection, path: str = "",
+                 observe: Observe | None = None) -> None:
         self._transport = transport
         self._conn = conn
+        self._path = path
+        self._observe = observe
+        self.headers: list[tuple[str, str]] = []
         self.started = False
+        self.status = 0
 
     def send(self, status: int, body: bytes, content_type: str, headers: list[tuple[str, str]] | None = None) -> None:
         hdrs = [("content-type", content_type), ("content-length", str(len(body))), *(headers or [])]
@@ -120,7 +138,11 @@ class HttpResponder:
 
     def _head(self, status: int, headers: list[tuple[str, str]]) -> None:
         self.started = True
-        self._out(h11.Response(status_code=status, headers=[*headers, ("connection", "close"), ("server", "pie")]))
+        self.status = status
+        if self._observe is not None:
+            self._observe(self._path, status)
+        closing = [("connection", "close")] if status >= 400 and all(k != "connection" for k, _ in headers) else []
+        self._out(h11.Response(status_code=status, headers=[*headers, *self.headers, *closing, ("server", "pie")]))
 
     def _out(self, event: Any) -> None:
         data = self._conn.send(event)
@@ -134,9 +156,11 @@ class HttpConnections:
     request, and aborts them all at shutdown."""
 
     def __init__(self, app: HttpApp, admit: Admit, *, max_unfinished: int | None = None,
-                 request_timeout_s: float | None = None) -> None:
+                 request_timeout_s: float | None = None, observe: Observe | None = None) -> None:
         self.app = app
         self.admit = admit
+        self.observe = observe
+        self.draining = False
         self.max_unfinished = MAX_UNFINISHED if max_unfinished is None else max_unfinished
         self.request_timeout_s = REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
         self.live: set[HttpAwareConnection] = set()
@@ -147,6 +171,10 @@ class HttpConnections:
 
     def opened(self, conn: HttpAwareConnection) -> None:
         self.live.add(conn)
+        self.waiting(conn)
+
+    def waiting(self, conn: HttpAwareConnection) -> None:
+        """``conn`` waits for (the rest of) a request: it counts against ``max_unfinished``."""
         self.unfinished[conn] = None
         if len(self.unfinished) > self.max_unfinished:
             # honest requests arrive in milliseconds, so the oldest unfinished one is the likeliest stall
@@ -160,6 +188,13 @@ class HttpConnections:
     def lost(self, conn: HttpAwareConnection) -> None:
         self.live.discard(conn)
         self.unfinished.pop(conn, None)
+
+    def drain(self) -> None:
+        """Stop keeping connections alive (for shutdown): idle ones close now, busy ones after
+        their response."""
+        self.draining = True
+        for conn in list(self.live):
+            conn.close_if_idle()
 
     def abort_all(self) -> int:
         """Drop every connection now (no closing handshake) and cancel its HTTP handler; returns how many."""
@@ -184,6 +219,10 @@ class HttpAwareConnection(ServerConnection):
         self._body = bytearray()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Future[None] | None = None
+        self._pipelined = bytearray()  # bytes of the next request, received while this one is served
+        self._cycle_bytes = 0  # bytes received since this connection began waiting for its request
+        self._closing = False
+        self._request_count = 0  # requests served on this connection
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -226,6 +265,11 @@ class HttpAwareConnection(ServerConnection):
             self._task.cancel()  # the client left: stop whatever its request started
         super().connection_lost(exc)
 
+    def close_if_idle(self) -> None:
+        """Close a kept-alive HTTP connection that waits for its next request."""
+        if self._mode == "http" and self._task is None and self._request_count and self._cycle_bytes == 0:
+            self._close()
+
     def abort(self) -> None:
         """Drop the connection now and cancel its HTTP handler."""
         if self._task is not None and not self._task.done():
@@ -240,7 +284,9 @@ class HttpAwareConnection(ServerConnection):
 
     def _request_timeout(self) -> None:
         self._timer = None
-        if self._mode == "http" and self._task is None:
+        if self._mode == "http" and self._task is None and self._cycle_bytes == 0 and self._request_count:
+            self._close()  # a kept-alive connection that sent no new request
+        elif self._mode == "http" and self._task is None:
             self._reject(408, f"the request did not arrive within {self._owner.request_timeout_s:.0f} s; "
                               "send the head and body without pausing", "request_timeout")
         elif self._mode is None:
@@ -249,8 +295,26 @@ class HttpAwareConnection(ServerConnection):
     def _feed(self, data: bytes) -> None:
         assert self._h11 is not None
         if self._task is not None:
-            return  # one request per connection; ignore anything after it
-        self._h11.receive_data(data)
+            if not self._closing:  # a pipelined request: it waits for this one's response
+                self._pipelined += data
+                if len(self._pipelined) > MAX_HEAD:
+                    self.transport.pause_reading()
+            return
+        if data:  # (receive_data(b"") would mean end of input to h11)
+            self._began(len(data))
+            self._h11.receive_data(data)
+        self._process()
+
+    def _began(self, size: int) -> None:
+        """``size`` more bytes of the awaited request arrived."""
+        if self._request_count and self._cycle_bytes == 0 and self._timer is not None:
+            self._timer.cancel()  # the next request began: it gets the whole request timeout
+            self._timer = self.loop.call_later(self._owner.request_timeout_s, self._request_timeout)
+        self._cycle_bytes += size
+
+    def _process(self) -> None:
+        """Act on the request events h11 can parse from what it holds."""
+        assert self._h11 is not None
         try:
             while True:
                 event = self._h11.next_event()
@@ -280,7 +344,7 @@ class HttpAwareConnection(ServerConnection):
         try:
             self._max_body = self._owner.admit(self._make_request(req, b""))
         except HttpRefusal as refusal:
-            self._answer(refusal.status, refusal.body, refusal.content_type)
+            self._answer(refusal.status, refusal.body, refusal.content_type, refusal.headers)
             return False
         length = next((v for k, v in req.headers if k == b"content-length"), None)
         if length is not None and int(length) > self._max_body:  # h11 has checked it is a number
@@ -297,18 +361,22 @@ class HttpAwareConnection(ServerConnection):
     def _reject(self, status: int, message: str, code: str) -> None:
         self._answer(status, error_json(message, "invalid_request_error", None, code), "application/json")
 
-    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+    def _answer(self, status: int, body: bytes, content_type: str, headers: list[tuple[str, str]] | None = None) -> None:
         assert self._h11 is not None
         self._request_done()
         self._task = self.loop.create_future()  # stop reading
         self._task.set_result(None)
         try:
-            HttpResponder(self.transport, self._h11).send(status, body, content_type)
+            path = self._request.target.decode("latin-1").split("?")[0] if self._request is not None else ""
+            responder = HttpResponder(self.transport, self._h11, path, self._owner.observe)
+            responder.headers = headers or []
+            responder.send(status, body, content_type, [("connection", "close")])
         except h11.LocalProtocolError:
             pass
         self._close()
 
     def _close(self) -> None:
+        self._closing = True
         self.transport.close()
         # a client that does not read would keep a closing transport (and its buffer) forever
         self.loop.call_later(LINGER_S, self.transport.abort)
@@ -328,7 +396,8 @@ class HttpAwareConnection(ServerConnection):
         assert self._h11 is not None and self._request is not None
         request = self._make_request(self._request, bytes(self._body))
         self._body = bytearray()
-        responder = HttpResponder(self.transport, self._h11)
+        self._request_count += 1
+        responder = HttpResponder(self.transport, self._h11, request.path, self._owner.observe)
         try:
             await self._app(request, responder)
         except (ClientGone, asyncio.CancelledError):
@@ -339,7 +408,25 @@ class HttpAwareConnection(ServerConnection):
                 responder.send(500, error_json("internal server error; the server log has the details", "server_error",
                                                None, "internal_error"), "application/json")
         finally:
-            self._close()
+            self._next_cycle()
+
+    def _next_cycle(self) -> None:
+        """After a response: wait for the connection's next request, or close it."""
+        assert self._h11 is not None
+        if self._closing or self._owner.draining or self.transport.is_closing() or self._h11.our_state is not h11.DONE \
+                or self._h11.their_state is not h11.DONE:
+            self._close()  # Connection: close, an error status, or a response cut short
+            return
+        self._h11.start_next_cycle()
+        self._task, self._request, self._max_body, self._cycle_bytes = None, None, 0, 0
+        self._owner.waiting(self)
+        self._timer = self.loop.call_later(KEEPALIVE_IDLE_S, self._request_timeout)
+        held = len(self._h11.trailing_data[0])  # pipelined bytes that came with the last request
+        if held:
+            self._began(held)
+        data, self._pipelined = bytes(self._pipelined), bytearray()
+        self.transport.resume_reading()
+        self._feed(data)
 
 
 Route = Callable[[HttpRequest, HttpResponder], Awaitable[None]]

@@ -90,6 +90,7 @@ def prometheus_text(server: PieServer) -> str:
            [(f'{{state="{s}"}}', float(sum(1 for p in procs if p.state == s))) for s in states])
     metric("pie_connections", "gauge", "Open WebSocket connections.", [("", float(server.connection_count))])
     _per_user(server, metric, models)
+    lines.extend(server.request_metrics.lines())
     return "\n".join(lines) + "\n"
 
 

@@ -1,70 +1,53 @@
-"""OpenAI-compatible ``/v1/chat/completions`` and ``/v1/completions``, served by the built-in
-``openai-compat`` inferlet (see ``builtin/openai-compat``).
+"""OpenAI-compatible ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/embeddings``, served
+by the built-in ``openai-compat`` inferlet (see ``builtin/openai-compat``).
 
-A request is checked and turned into that inferlet's input; its Stdout events are the reply
-text (one SSE chunk each when ``stream`` is true), its Return event carries the finish reason
-and token counts. A client that disconnects cancels the process, so its pages return at once.
+A request is checked (:mod:`pie_core.server.openai_request`) and turned into that inferlet's
+input; its Stdout events are JSON messages (a choice's text, logprobs and tool calls, or an
+embedding), joined into one reply or sent as SSE chunks when ``stream`` is true; its Return
+event carries the finish reasons and token counts. A client that disconnects cancels the
+process, so its pages return at once. Time to first token, inter-token latency and end-to-end
+latency go to ``/metrics`` (:mod:`pie_core.server.latency`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import struct
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import msgpack
 
 from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.server.http import HttpRequest, HttpResponder, error_json
+from pie_core.server.openai_reply import Choice, Logprobs, chat_message, tool_call, usage
+from pie_core.server.openai_request import (MAX_PROMPT_BYTES, BadRequest, chat_args, completion_args, context_tokens,
+                                            embedding_args, parse_json)
 
 if TYPE_CHECKING:
     from pie_core.server.app import PieServer
 
-__all__ = ["chat_completions", "completions", "error_body", "error_response", "status_of", "BadRequest",
-           "BUILTIN_PROGRAM"]
+__all__ = ["chat_completions", "completions", "embeddings", "error_body", "error_response", "status_of", "BadRequest",
+           "BUILTIN_PROGRAM", "MAX_PROMPT_BYTES"]
 
 BUILTIN_PROGRAM = "openai-compat"
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-MAX_JSON_DEPTH = 64  # nesting of the request body; JSON Schemas in response_format fit easily
-MAX_PROMPT_BYTES = 1 << 20  # UTF-8 bytes of prompt or message text, before tokenising
-MAX_TOKENS = 32768
 _THREAD_PARSE_BYTES = 64 * 1024  # bigger bodies are parsed off the event loop
-_UNSUPPORTED = {  # fields we would otherwise ignore silently, changing what the client asked for
-    "tools": "tools are not supported yet",
-    "tool_choice": "tools are not supported yet",
-    "functions": "tools (functions) are not supported yet",
-    "function_call": "tools (functions) are not supported yet",
-    "logprobs": "logprobs are not supported yet",
-    "top_logprobs": "logprobs are not supported yet",
-    "logit_bias": "logit_bias is not supported yet",
-    "presence_penalty": "presence_penalty is not supported yet",
-    "frequency_penalty": "frequency_penalty is not supported yet",
-    "best_of": "best_of is not supported yet",
-    "echo": "echo is not supported yet",
-    "suffix": "suffix is not supported yet",
-}
-
-
-class BadRequest(InvalidInput):
-    """A request field is wrong: a 400 whose ``param`` names the field."""
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
+_QUEUED_EVENTS = 64  # events read ahead of the HTTP response; past it the process buffers (quota event_bytes)
+_context_tokens = context_tokens  # the name tests and older callers use
 
 
 class _Collector:
-    """A process sink that decodes event frames into a queue."""
+    """A process sink that decodes event frames into a bounded queue (backpressure to the process)."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(_QUEUED_EVENTS)
 
     async def send(self, message: bytes) -> None:
         frame = msgpack.unpackb(message, raw=False)
-        self.queue.put_nowait((frame["event"], frame["value"]))
+        await self.queue.put((frame["event"], frame["value"]))
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> bytes:
@@ -78,267 +61,6 @@ def error_response(exc: PieError) -> tuple[int, bytes]:
     return status, error_body(str(exc), kind, getattr(exc, "param", None), getattr(exc, "code", None))
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise BadRequest(f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
-    return float(value)
-
-
-def _optional(body: dict[str, Any], name: str, kind: type, what: str) -> Any:
-    value = body.get(name)
-    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-        raise BadRequest(f"'{name}' must be {what}, got {value!r}", name)
-    return value
-
-
-def _common(server: PieServer, body: dict[str, Any]) -> dict[str, Any]:
-    """The inferlet input shared by both endpoints (every field checked by type and range)."""
-    for name, message in _UNSUPPORTED.items():
-        value = body.get(name)
-        if value not in (None, False, 0, "", [], {}):  # the "off" values clients send by default
-            raise BadRequest(f"{message}; remove '{name}' from the request", name, "unsupported_parameter")
-    model = _optional(body, "model", str, "a string naming a served model")
-    if model is not None and model not in server.engine.models:
-        raise NotFound(f"model {model!r} is not served here; GET /v1/models lists: {', '.join(server.engine.models)}")
-    n = _optional(body, "n", int, "the integer 1")
-    if n not in (None, 1):
-        raise BadRequest(f"'n' must be 1 (one choice per request), got {n!r}", "n")
-    max_tokens = 256
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if not _is_int(value) or not 1 <= value <= MAX_TOKENS:
-            raise BadRequest(f"'{name}' must be an integer in [1, {MAX_TOKENS}], got {value!r}", name)
-        max_tokens = value
-    stop = body.get("stop")
-    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
-    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and len(s) <= 256 for s in stops):
-        raise BadRequest(f"'stop' must be a string or a list of up to 4 strings of up to 256 characters, got {stop!r:.80}",
-                         "stop")
-    seed = _optional(body, "seed", int, "an integer") or 0
-    _optional(body, "stream", bool, "true or false")
-    options = _optional(body, "stream_options", dict, "an object like {\"include_usage\": true}") or {}
-    if not isinstance(options.get("include_usage", False), bool):
-        raise BadRequest("'stream_options.include_usage' must be true or false", "stream_options")
-    args: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
-        "top_p": _number(body, "top_p", 1.0, 0.0, 1.0),
-        "seed": seed & 0x7FFFFFFF,
-        "stop": json.dumps(stops),
-        "max_context": _context_tokens(server, model),
-    }
-    if model is not None:
-        args["model"] = model
-    fmt = body.get("response_format")
-    if fmt is None:
-        fmt = {"type": "text"}
-    if not isinstance(fmt, dict):
-        raise BadRequest("'response_format' must be an object like {\"type\": \"json_object\"}", "response_format")
-    kind = fmt.get("type")
-    if kind == "json_object":
-        args["json_object"] = True
-    elif kind == "json_schema":
-        spec = fmt.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if not isinstance(schema, dict):
-            raise BadRequest("response_format json_schema needs json_schema.schema (a JSON Schema object)",
-                             "response_format.json_schema")
-        args["schema"] = json.dumps(schema)
-    elif kind != "text":
-        raise BadRequest(f"response_format type must be 'text', 'json_object' or 'json_schema', got {kind!r:.80}",
-                         "response_format.type")
-    return args
-
-
-def _context_tokens(server: PieServer, model: str | None) -> int:
-    """Tokens one sequence of ``model`` can hold: its positions, and at most the whole KV pool."""
-    loaded = server.engine.models[model] if model is not None else next(iter(server.engine.models.values()))
-    return int(min(loaded.spec.max_position, loaded.caps.num_pages * loaded.caps.page_size))
-
-
-def _text_size(texts: list[str], param: str) -> None:
-    size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-    if size > MAX_PROMPT_BYTES:
-        raise BadRequest(f"'{param}' holds {size} bytes of text; the limit is {MAX_PROMPT_BYTES} bytes: shorten it",
-                         param, "context_length_exceeded")
-
-
-def _chat_messages(body: dict[str, Any]) -> str:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list of {role, content}", "messages")
-    out = []
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict):
-            raise BadRequest(f"messages[{i}] must be an object {{role, content}}, got {type(msg).__name__}", f"messages[{i}]")
-        role = msg.get("role")
-        if not isinstance(role, str) or role not in _ROLES:
-            raise BadRequest(f"messages[{i}].role must be one of {', '.join(_ROLES)}, got {role!r:.80}",
-                             f"messages[{i}].role")
-        if msg.get("tool_calls") or msg.get("function_call"):
-            raise BadRequest(f"messages[{i}] carries tool calls; tools are not supported yet", f"messages[{i}].tool_calls",
-                             "unsupported_parameter")
-        content = msg.get("content")
-        if isinstance(content, list):  # content parts: only text parts are supported
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-                raise BadRequest(f"messages[{i}].content parts must all be {{\"type\": \"text\", \"text\": string}}",
-                                 f"messages[{i}].content")
-            content = "".join(p["text"] for p in content)
-        if not isinstance(content, str):
-            raise BadRequest(f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content")
-        out.append({"role": _ROLES[role], "content": content})
-    _text_size([m["content"] for m in out], "messages")
-    return json.dumps(out)
-
-
-async def chat_completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
-    body = await _json_body(request)
-    args = {**_common(server, body), "mode": "chat", "messages": _chat_messages(body)}
-    await _run(server, user, body, args, respond, chat=True)
-
-
-async def completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
-    body = await _json_body(request)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise BadRequest("'prompt' must be a string (or a list of one string)", "prompt")
-    _text_size([prompt], "prompt")
-    args = {**_common(server, body), "mode": "completion", "prompt": prompt}
-    await _run(server, user, body, args, respond, chat=False)
-
-
-async def _json_body(request: HttpRequest) -> dict[str, Any]:
-    if len(request.body) > _THREAD_PARSE_BYTES:
-        return await asyncio.to_thread(_parse_json, request.body)
-    return _parse_json(request.body)
-
-
-def _parse_json(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object nested at most ``MAX_JSON_DEPTH`` deep."""
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the request body is not JSON: {exc}") from None
-    except RecursionError:
-        raise BadRequest(f"the request body nests deeper than {MAX_JSON_DEPTH} levels; flatten it") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:  # iterative: a recursive walk is what deep nesting attacks
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise BadRequest(f"the request body nests deeper than {MAX_JSON_DEPTH} levels; flatten it")
-        items = value.values() if isinstance(value, dict) else value
-        stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
-    return body
-
-
-async def _run(server: PieServer, user: str, body: dict[str, Any], args: dict[str, Any], respond: HttpResponder, *, chat: bool) -> None:
-    manifest = server.store.resolve(user, BUILTIN_PROGRAM)
-    payload = manifest.validate_input(args)
-    sink = _Collector()
-    proc = server.processes.launch(user, manifest, payload, sink)
-    meta = {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{proc.id}{uuid.uuid4().hex[:8]}",
-        "created": int(time.time()),
-        "model": body.get("model") or next(iter(server.engine.models)),
-    }
-    try:
-        if body.get("stream"):
-            await _stream(sink, respond, meta, chat, bool((body.get("stream_options") or {}).get("include_usage")))
-        else:
-            await _whole(sink, respond, meta, chat)
-    finally:
-        server.processes.connection_closed(sink)  # cancels the process if it still runs
-
-
-async def _whole(sink: _Collector, respond: HttpResponder, meta: dict[str, Any], chat: bool) -> None:
-    parts: list[str] = []
-    while True:
-        kind, value = await sink.queue.get()
-        if kind == "stdout":
-            parts.append(value)
-        elif kind == "error":
-            respond.send(500, error_body(f"generation failed: {value}", "server_error"), "application/json")
-            return
-        elif kind == "return":
-            _refused(value)
-            break
-    text = "".join(parts)
-    choice: dict[str, Any] = {"index": 0, "finish_reason": value["finish_reason"], "logprobs": None}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice["text"] = text
-    result = {
-        **meta,
-        "object": "chat.completion" if chat else "text_completion",
-        "choices": [choice],
-        "usage": _usage(value),
-    }
-    respond.send(200, json.dumps(result).encode(), "application/json")
-
-
-async def _stream(sink: _Collector, respond: HttpResponder, meta: dict[str, Any], chat: bool, include_usage: bool) -> None:
-    obj = "chat.completion.chunk" if chat else "text_completion"
-
-    def chunk(delta: str | None, finish: str | None, first: bool = False) -> bytes:
-        if chat:
-            d: dict[str, Any] = {"role": "assistant", "content": ""} if first else ({} if delta is None else {"content": delta})
-            choice: dict[str, Any] = {"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}
-        else:
-            choice = {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
-        return _sse({**meta, "object": obj, "choices": [choice]})
-
-    kind, value = await sink.queue.get()  # the first event decides between a 400 and a stream
-    if kind == "return":
-        _refused(value)
-    respond.start(200, "text/event-stream")
-    if chat:
-        await respond.write(chunk(None, None, first=True))
-    while True:
-        if kind == "stdout":
-            await respond.write(chunk(value, None))
-        elif kind == "error":
-            await respond.write(_sse({"error": {"message": f"generation failed: {value}", "type": "server_error",
-                                                "param": None, "code": None}}))
-            break
-        elif kind == "return":
-            await respond.write(chunk(None, value["finish_reason"]))
-            if include_usage:
-                await respond.write(_sse({**meta, "object": obj, "choices": [], "usage": _usage(value)}))
-            break
-        kind, value = await sink.queue.get()
-    await respond.write(b"data: [DONE]\n\n")
-    respond.end()
-
-
-def _refused(ret: Any) -> None:
-    """The inferlet refused the request (its prompt is too long for the model): a 400."""
-    if isinstance(ret, dict) and "error" in ret:
-        raise BadRequest(str(ret["error"]), ret.get("param"), ret.get("code"))
-
-
-def _sse(obj: Any) -> bytes:
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-def _usage(ret: dict[str, Any]) -> dict[str, int]:
-    p, c = int(ret.get("prompt_tokens", 0)), int(ret.get("completion_tokens", 0))
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-
 def status_of(exc: BaseException) -> tuple[int, str]:
     """HTTP status and OpenAI error type for an exception raised while handling a request."""
     if isinstance(exc, NotFound):
@@ -348,3 +70,218 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, PieError) and exc.kind == "unauthorized":
         return 401, "authentication_error"
     return 500, "server_error"
+
+
+async def _json_body(request: HttpRequest) -> dict[str, Any]:
+    if len(request.body) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(parse_json, request.body)
+    return parse_json(request.body)
+
+
+async def chat_completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
+    started = time.monotonic()
+    body = await _json_body(request)
+    await _Generation(server, body, chat_args(server, body), started, chat=True).run(user, respond)
+
+
+async def completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
+    started = time.monotonic()
+    body = await _json_body(request)
+    await _Generation(server, body, completion_args(server, body), started, chat=False).run(user, respond)
+
+
+async def embeddings(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
+    body = await _json_body(request)
+    args = embedding_args(server, body)
+    vectors: dict[int, list[float]] = {}
+    async for kind, value in _events(server, user, args):
+        if kind == "message" and "e" in value:
+            vectors[int(value["i"])] = value["e"]
+        elif kind == "error":
+            respond.send(500, error_body(f"embedding failed: {value}", "server_error"), "application/json")
+            return
+        elif kind == "return":
+            _refused(value)
+            tokens = int(value.get("prompt_tokens", 0))
+            reply = {"object": "list", "model": args["model"], "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+            b64 = body.get("encoding_format") == "base64"
+            # up to 256 vectors of hidden_size floats: encoded off the event loop
+            respond.send(200, await asyncio.to_thread(_embedding_reply, reply, vectors, b64), "application/json")
+            return
+
+
+def _embedding_reply(reply: dict[str, Any], vectors: dict[int, list[float]], b64: bool) -> bytes:
+    data = [{"object": "embedding", "index": i,
+             "embedding": base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() if b64 else v}
+            for i, v in sorted(vectors.items())]
+    return json.dumps({**reply, "data": data}).encode()
+
+
+async def _events(server: PieServer, user: str, args: dict[str, Any]) -> AsyncIterator[tuple[str, Any]]:
+    """Run the built-in inferlet; yield ``("message", dict)`` per Stdout event, then ``("return",
+    value)`` or ``("error", text)``. Leaving early cancels the process."""
+    manifest = server.store.resolve(user, BUILTIN_PROGRAM)
+    payload = manifest.validate_input(args)
+    sink = _Collector()
+    server.processes.launch(user, manifest, payload, sink)
+    try:
+        while True:
+            kind, value = await sink.queue.get()
+            if kind == "stdout":
+                yield "message", json.loads(value)
+            elif kind in ("return", "error"):
+                yield kind, value
+                return
+    finally:
+        server.processes.connection_closed(sink)  # cancels the process if it still runs
+
+
+def _refused(ret: Any) -> None:
+    """The inferlet refused the request (its prompt is too long for the model, ...): a 400."""
+    if isinstance(ret, dict) and "error" in ret:
+        raise BadRequest(str(ret["error"]), ret.get("param"), ret.get("code"))
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+class _Generation:
+    """One chat or text completion request: its choices as they come, its latencies, its reply."""
+
+    def __init__(self, server: PieServer, body: dict[str, Any], args: dict[str, Any], started: float, *, chat: bool) -> None:
+        self.server, self.body, self.args, self.chat, self.started = server, body, args, chat, started
+        self.model = args["model"]
+        self.choices = [Choice(i) for i in range(args["n"])]
+        self.logprobs = Logprobs(server.engine.models[self.model].tokenizer.token_bytes)
+        self.meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+                     "model": self.model}
+        self.object = "chat.completion" if chat else "text_completion"
+        self._first = True
+        self._last: dict[int, float] = {}
+
+    async def run(self, user: str, respond: HttpResponder) -> None:
+        events = _events(self.server, user, self.args)
+        try:
+            if self.body.get("stream"):
+                await self._stream(events, respond)
+            else:
+                await self._whole(events, respond)
+        finally:
+            await events.aclose()
+
+    def _timing(self, value: dict[str, Any]) -> None:
+        """TTFT at the first generated token, inter-token latency per choice (a step's tokens share its wait)."""
+        n = int(value.get("n", 0))
+        if n <= 0:
+            return
+        metrics = self.server.request_metrics
+        now = time.monotonic()
+        i = int(value["i"])
+        if self._first:
+            self._first = False
+            metrics.ttft[self.model].observe(now - self.started)
+        last = self._last.get(i)
+        if last is not None:
+            metrics.itl[self.model].observe((now - last) / n, n)
+        self._last[i] = now
+
+    def _take(self, value: dict[str, Any]) -> dict[str, Any] | None:
+        """Fold a message into its choice; the delta to stream (None: nothing to show)."""
+        self._timing(value)
+        choice = self.choices[int(value["i"])]
+        if "call" in value:
+            name, args = value["call"]
+            call = tool_call(name, args)
+            choice.calls.append(call)
+            return {"tool_calls": [{"index": len(choice.calls) - 1, **call}]}
+        text, entries = value.get("text") or "", value.get("lp") or []
+        if not text and not entries:
+            return None
+        offset = choice.chars
+        choice.text.append(text)
+        choice.chars += len(text)
+        choice.entries.extend(entries)
+        delta: dict[str, Any] = {"content": text}
+        if self.args.get("logprobs"):
+            delta["logprobs"] = self._render(entries, offset)
+        return delta
+
+    def _render(self, entries: list[list[Any]], offset: int) -> Any:
+        if self.chat:
+            return {"content": self.logprobs.chat(entries), "refusal": None}
+        return self.logprobs.legacy(entries, offset)
+
+    def _finish(self, ret: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+        self.server.request_metrics.e2e[self.model].observe(time.monotonic() - self.started)
+        finishes = [str(c["finish_reason"]) for c in ret["choices"]]
+        completion = sum(int(c.get("completion_tokens", 0)) for c in ret["choices"])
+        return finishes, usage(int(ret.get("prompt_tokens", 0)), completion)
+
+    async def _whole(self, events: AsyncIterator[tuple[str, Any]], respond: HttpResponder) -> None:
+        async for kind, value in events:
+            if kind == "message":
+                self._take(value)
+            elif kind == "error":
+                respond.send(500, error_body(f"generation failed: {value}", "server_error"), "application/json")
+                return
+            elif kind == "return":
+                _refused(value)
+                finishes, used = self._finish(value)
+                out = []
+                for choice, finish in zip(self.choices, finishes):
+                    item: dict[str, Any] = {"index": choice.index, "finish_reason": finish, "logprobs": None}
+                    if self.args.get("logprobs"):
+                        item["logprobs"] = self._render(choice.entries, 0)
+                    if self.chat:
+                        item["message"] = chat_message(choice)
+                    else:
+                        item["text"] = "".join(choice.text)
+                    out.append(item)
+                reply = {**self.meta, "object": self.object, "choices": out, "usage": used}
+                respond.send(200, json.dumps(reply).encode(), "application/json")
+                return
+
+    def _chunk(self, index: int, delta: dict[str, Any] | None, finish: str | None) -> bytes:
+        delta = delta or {}
+        logprobs = delta.pop("logprobs", None)
+        if self.chat:
+            choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+            return _sse({**self.meta, "object": "chat.completion.chunk", "choices": [choice]})
+        choice = {"index": index, "text": delta.get("content", ""), "finish_reason": finish, "logprobs": logprobs}
+        return _sse({**self.meta, "object": "text_completion", "choices": [choice]})
+
+    async def _stream(self, events: AsyncIterator[tuple[str, Any]], respond: HttpResponder) -> None:
+        include_usage = bool((self.body.get("stream_options") or {}).get("include_usage"))
+        first = await anext(events)  # the first event decides between a 400 and a stream
+        if first[0] == "return":
+            _refused(first[1])
+        respond.start(200, "text/event-stream")
+        if self.chat:
+            for choice in self.choices:
+                await respond.write(self._chunk(choice.index, {"role": "assistant", "content": ""}, None))
+        async for kind, value in _chain(first, events):
+            if kind == "message":
+                delta = self._take(value)
+                if delta is not None:
+                    await respond.write(self._chunk(int(value["i"]), delta, None))
+            elif kind == "error":
+                await respond.write(_sse({"error": {"message": f"generation failed: {value}", "type": "server_error",
+                                                    "param": None, "code": None}}))
+                break
+            elif kind == "return":
+                finishes, used = self._finish(value)
+                for choice, finish in zip(self.choices, finishes):
+                    await respond.write(self._chunk(choice.index, None, finish))
+                if include_usage:
+                    await respond.write(_sse({**self.meta, "object": "chat.completion.chunk" if self.chat else
+                                              "text_completion", "choices": [], "usage": used}))
+                break
+        await respond.write(b"data: [DONE]\n\n")
+        respond.end()
+
+
+async def _chain(first: tuple[str, Any], rest: AsyncIterator[tuple[str, Any]]) -> AsyncIterator[tuple[str, Any]]:
+    yield first
+    async for event in rest:
+        yield event

@@ -8,8 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from pathlib import Path
 
 import msgpack
 from hostile import PROBE
@@ -25,16 +25,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for_port(proc: subprocess.Popen[bytes], port: int, within_s: float = 60.0) -> None:
+def _wait_until_serving(proc: subprocess.Popen[bytes], log: list[str], within_s: float = 600.0) -> None:
+    """Wait for the "pie serve on" line: the port listens earlier, while a first run still builds
+    the wasm component, and the SIGTERM handler is installed once serving starts."""
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            log.append(raw.decode(errors="replace"))
+            if "pie serve on" in log[-1]:
+                ready.set()
+
+    ready = threading.Event()
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else "pie serve exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError("pie serve did not start listening")
+    while not ready.wait(0.2):
+        assert proc.poll() is None, "pie serve exited:\n" + "".join(log)
+        assert time.monotonic() < deadline, "pie serve did not start serving:\n" + "".join(log)
 
 
 def test_sigterm_ends_pie_serve_within_5_s_despite_stalled_and_unreading_clients(tmp_path, monkeypatch):
@@ -46,7 +52,8 @@ def test_sigterm_ends_pie_serve_within_5_s_despite_stalled_and_unreading_clients
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PIE_HOME": str(tmp_path)})
     held: list[socket.socket] = []
     try:
-        _wait_for_port(proc, port)
+        log: list[str] = []
+        _wait_until_serving(proc, log)
         url = f"ws://127.0.0.1:{port}"
 
         async def hold_clients() -> None:
@@ -76,7 +83,8 @@ def test_sigterm_ends_pie_serve_within_5_s_despite_stalled_and_unreading_clients
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             raise AssertionError("pie serve was still running 5 s after SIGTERM") from None
-        assert proc.returncode == 0, proc.stdout.read().decode() if proc.stdout else ""
+        time.sleep(0.2)  # the reader thread takes the last lines
+        assert proc.returncode == 0, "".join(log)
     finally:
         if proc.poll() is None:
             proc.kill()
