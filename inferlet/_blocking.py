@@ -20,12 +20,15 @@ What each form does, in every runner:
 * ``for x in obj`` (generators, event streams, subscriptions) blocks for each item, also inside
   ``async def`` code; ``async for`` is unchanged.
 * A call that returns a value (``ctx.generate_text()``, ``g.collect_text()``,
-  ``messaging.pull()``, ``McpSession`` calls, ... - the functions wrapped by :func:`awaitable`)
+  ``messaging.pull()``, ... - the functions wrapped by :func:`awaitable`)
   cannot return something that is both the value and awaitable, so the caller decides: called
   from coroutine code (an event loop runs in the thread: ``async def main``) it returns the
   coroutine, to ``await`` as the reference writes; called from plain synchronous code (no loop
   runs: a ``def main(input)``, which the process and wasm runners accept) it blocks and returns
   the value.
+* The MCP calls, which the reference documents as returning ``str`` (:func:`returns_str`),
+  block wherever the runner allows, also from coroutine code, and return a string that can be
+  awaited as well; in-process they are coroutines.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from pie_core.host.errors import Unsupported
 
-__all__ = ["install", "wait", "awaitable", "iterate", "call_synchronously", "Attempt", "WHERE"]
+__all__ = ["install", "wait", "awaitable", "returns_str", "Ready", "iterate", "call_synchronously", "Attempt", "WHERE"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -139,6 +142,43 @@ def awaitable(call: str) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Call
             return coro if _loop_running() else wait(coro, call)
 
         return either
+
+    return wrap
+
+
+class Ready(str):
+    """A string that is also awaitable (``await`` gives the string itself): the value of a call
+    that blocked, so ``s = call()`` and ``s = await call()`` read the same."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, str]:
+        return str(self)
+        yield  # a generator function: awaiting finishes at once with the string
+
+
+def returns_str(call: str) -> Callable[[Callable[P, Coroutine[Any, Any, str]]], Callable[P, Any]]:
+    """Decorate an ``async def`` that the reference documents as returning ``str`` (the MCP calls).
+
+    Where the runner lets the inferlet block (process, wasm), the call always blocks and returns
+    a :class:`Ready` string, also from ``async def`` code, so the reference's ``raw =
+    s.call_tool(...)`` and ``raw = await s.call_tool(...)`` both work; the inferlet's other tasks
+    wait meanwhile. In-process it behaves as :func:`awaitable`: a coroutine to ``await`` from
+    coroutine code, and the one-line error naming ``await`` from synchronous code.
+
+    Args:
+        call: How the user writes the call (``"s.list_tools()"``), for the error.
+    """
+
+    def wrap(fn: Callable[P, Coroutine[Any, Any, str]]) -> Callable[P, Any]:
+        @functools.wraps(fn)
+        def blocking(*args: P.args, **kwargs: P.kwargs) -> Any:
+            coro = fn(*args, **kwargs)
+            if _new_loop is None:
+                return coro if _loop_running() else wait(coro, call)
+            return Ready(_run_private(coro))
+
+        return blocking
 
     return wrap
 

@@ -9,6 +9,7 @@ from pie_core.host import context as _context
 from pie_core.host import model as _model
 from pie_core.host import scheduling as _market
 from inferlet import _blocking
+from inferlet._keywords import renamed
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
 from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
 from inferlet.model import Model
@@ -167,9 +168,10 @@ class Generator:
         self._rules.add(c)
         return self
 
-    def probe_each_step(self, idx: int, probe: Probe) -> ProbeHandle:
-        """Attach ``probe`` to input row ``idx`` of every step (-1 = the sampled row)."""
-        self._each_step.append((idx, probe))
+    @renamed(idx="index")
+    def probe_each_step(self, index: int, probe: Probe) -> ProbeHandle:
+        """Attach ``probe`` to input row ``index`` of every step (-1 = the sampled row)."""
+        self._each_step.append((index, probe))
         return ProbeHandle(len(self._each_step) - 1, probe.spec(0).kind)
 
     # -- inspection --------------------------------------------------------------------------
@@ -354,10 +356,11 @@ class GenStep:
         self._sample = False
         return self
 
-    def probe(self, idx: int, probe: Probe) -> ProbeHandle:
+    @renamed(idx="index")
+    def probe(self, index: int, probe: Probe) -> ProbeHandle:
         """Attach a probe for this iteration only (indices of the step's input; -1 = last).
         Handles number after the generator's ``probe_each_step`` probes."""
-        self._probes.append((idx, probe))
+        self._probes.append((index, probe))
         return ProbeHandle(len(self._gen._each_step) + len(self._probes) - 1, probe.spec(0).kind)
 
     async def execute(self) -> Output:

@@ -8,10 +8,11 @@ Call the tools, resources and prompts of MCP servers configured on the engine
         result = json.loads(await calc.call_tool("add", {"a": 2, "b": 3}))
 
 Every session call returns the raw JSON-RPC result as a JSON string, as in the reference. The
-calls wait on another process: called from coroutine code (``async def``) they return a
-coroutine to ``await``; called from synchronous code (a ``def main(input)``) where the runner
-lets an inferlet block (``pie serve --isolation process`` or ``--isolation wasm``) they block
-and return the string, as the reference's ``s.list_tools() -> str`` reads (see
+calls wait on another process. Where the runner lets an inferlet block (``pie serve --isolation
+process`` or ``--isolation wasm``) a call blocks and returns the string, as the reference's
+``s.list_tools() -> str`` reads, also inside ``async def main``; the string is awaitable too, so
+``await s.list_tools()`` works there as well (while a call blocks, the inferlet's other tasks
+wait). In-process (``pie run``'s default) the calls are coroutines: ``await`` them (see
 :mod:`inferlet._blocking`).
 """
 
@@ -41,7 +42,7 @@ class McpSession:
         """The server's name."""
         return _host.server_name(self._h)
 
-    @_blocking.awaitable("s.list_tools()")
+    @_blocking.returns_str("s.list_tools()")
     async def list_tools(self) -> str:
         """The tools the server exposes.
 
@@ -53,7 +54,7 @@ class McpSession:
         """
         return _dump(await _host.list_tools(self._h))
 
-    @_blocking.awaitable("s.call_tool(...)")
+    @_blocking.returns_str("s.call_tool(...)")
     async def call_tool(self, name: str, args: Mapping[str, Any] | str | None = None) -> str:
         """Invoke tool ``name``.
 
@@ -71,12 +72,12 @@ class McpSession:
         """
         return _dump(await _host.call_tool(self._h, name, _args(args)))
 
-    @_blocking.awaitable("s.list_resources()")
+    @_blocking.returns_str("s.list_resources()")
     async def list_resources(self) -> str:
         """The resources the server offers: the raw ``resources/list`` result as JSON."""
         return _dump(await _host.list_resources(self._h))
 
-    @_blocking.awaitable("s.read_resource(uri)")
+    @_blocking.returns_str("s.read_resource(uri)")
     async def read_resource(self, uri: str) -> str:
         """Fetch the resource ``uri``: the raw ``resources/read`` result as JSON
         (``{"contents": [{"uri", "text" | "blob", ...}]}``).
@@ -86,12 +87,12 @@ class McpSession:
         """
         return _dump(await _host.read_resource(self._h, uri))
 
-    @_blocking.awaitable("s.list_prompts()")
+    @_blocking.returns_str("s.list_prompts()")
     async def list_prompts(self) -> str:
         """The server's prompt templates: the raw ``prompts/list`` result as JSON."""
         return _dump(await _host.list_prompts(self._h))
 
-    @_blocking.awaitable("s.get_prompt(...)")
+    @_blocking.returns_str("s.get_prompt(...)")
     async def get_prompt(self, name: str, args: Mapping[str, str] | str | None = None) -> str:
         """Render prompt template ``name`` with string ``args`` (a dict, or a JSON object string).
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pie_core.host import session as _host
+from inferlet import _blocking
 
 __all__ = ["send", "send_file", "receive", "receive_file"]
 
@@ -20,11 +21,16 @@ def send_file(data: bytes) -> None:
     _host.send_file(data)
 
 
+@_blocking.awaitable("session.receive()")
 async def receive() -> str:
-    """Wait for the next message (or signal) from the client."""
+    """Wait for the next message (or signal) from the client.
+
+    ``await session.receive()`` everywhere; in plain synchronous code (a ``def main`` in the
+    process or wasm runner) ``session.receive()`` blocks and returns the message."""
     return await _host.receive()
 
 
+@_blocking.awaitable("session.receive_file()")
 async def receive_file() -> bytes:
-    """Wait for the next file from the client."""
+    """Wait for the next file from the client (blocking in plain synchronous code, as :func:`receive`)."""
     return await _host.receive_file()

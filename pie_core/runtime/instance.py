@@ -19,6 +19,7 @@ from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
 from pie_core.runtime.stdio import flush_stdout, install_stdio_router
 from inferlet._blocking import WHERE
+from inferlet._return_value import check_return
 
 __all__ = ["load_entry", "run_inferlet", "run_main", "run_child", "equip_for_spawn", "check_return"]
 
@@ -135,41 +136,6 @@ def equip_for_spawn(instance: HostInstance) -> HostInstance:
     if instance.run_child is None:
         instance.run_child = run_child
     return instance
-
-
-def check_return(value: Any) -> Any:
-    """``main``'s return value, which the Return event carries as JSON, checked that it is JSON.
-
-    The wasm guest (``pie_guest.runner``) makes the same check with the same message.
-
-    Raises:
-        TypeError: ``value`` is not JSON-serialisable (a set, bytes, an object, NaN, a dict
-            with tuple keys, ...); the message names the type.
-    """
-    refused: list[Any] = []
-
-    def refuse(obj: Any) -> Any:
-        refused.append(obj)
-        raise TypeError
-
-    try:
-        json.dumps(value, allow_nan=False, default=refuse)
-    except (TypeError, ValueError, RecursionError) as exc:
-        top = f"a value of type {type(value).__name__}"
-        if refused:
-            inner = "" if refused[0] is value else f" holding a value of type {type(refused[0]).__name__}"
-            what = f"{top}{inner}, which is not JSON-serialisable"
-        elif isinstance(exc, RecursionError):
-            what = f"{top} nested too deeply to encode"
-        elif isinstance(exc, TypeError):  # json.dumps refuses a key without asking ``default``
-            what = f"{top} with a dict key that is not a str, int, float, bool or None"
-        elif "Circular" in str(exc):
-            what = f"{top} that contains itself"
-        else:  # allow_nan=False
-            what = f"{top} that is or holds NaN or infinity, which JSON cannot represent"
-        advice = "return JSON-compatible values (dict, list, str, int, float, bool or None)"
-        raise TypeError(f"main returned {what}: {advice}") from None
-    return value
 
 
 def _jsonable(value: Any) -> Any:

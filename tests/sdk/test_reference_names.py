@@ -179,3 +179,18 @@ def test_top_k_samplers_default_to_k_40():
     assert Sampler.top_k().k == 40
     assert Sampler.top_k_top_p().k == 40
     assert Sampler.top_k(0.6, 7).k == Sampler.top_k(k=7).k == Sampler.top_k(top_k=7).k == 7
+
+
+def test_generator_probes_take_index_and_idx(dummy):
+    async def main(_):
+        with Context(_model()) as ctx:
+            ctx.user("go")
+            g = ctx.generate(Sampler.argmax(), max_tokens=1, stop=[])
+            each = [g.probe_each_step(index=-1, probe=Logits()), g.probe_each_step(idx=-1, probe=Logits())]
+            step = await g.__anext__()
+            once = [step.probe(index=-1, probe=Logits()), step.probe(idx=-1, probe=Logits())]
+            out = await step.execute()
+            return [out.logits(h).hex() for h in each + once]
+
+    rows = dummy.value(main)
+    assert rows[0] and rows == [rows[0]] * 4

@@ -187,3 +187,30 @@ def test_an_exception_in_a_plain_def_main_is_the_error_event(engine, tmp_path):
     source = "def main(input):\n    raise ValueError('no luck')\n"
     final = _run_isolated(engine, tmp_path, source)
     assert (final.kind, final.value) == ("error", "ValueError: no luck")
+
+
+MCP_IN_ASYNC_MAIN = '''
+import json
+from inferlet import mcp
+
+async def main(input):
+    session = mcp.connect("calc")
+    tools_json = session.list_tools()  # the reference's form: a str, inside async def main
+    raw = session.call_tool("add", json.dumps({"a": 2, "b": 3}))
+    awaited = await session.call_tool("add", {"a": 4, "b": 5})  # and awaiting still works
+    session.close()
+    return {"is_str": isinstance(tools_json, str) and isinstance(raw, str),
+            "tools": sorted(t["name"] for t in json.loads(tools_json)["tools"]),
+            "sum": json.loads(raw)["structuredContent"]["result"],
+            "awaited": json.loads(awaited)["structuredContent"]["result"]}
+'''
+
+
+def test_mcp_calls_return_strings_inside_async_main_and_can_still_be_awaited(engine, tmp_path):
+    check_mcp_strings(_run_isolated(engine, tmp_path, MCP_IN_ASYNC_MAIN))
+
+
+def check_mcp_strings(final: Event) -> None:
+    assert final.kind == "return", final.value
+    out = final.value
+    assert out["is_str"] and "add" in out["tools"] and (out["sum"], out["awaited"]) == (5, 9)

@@ -13,6 +13,7 @@ import sys
 from componentize_py_types import Err
 
 from inferlet import _blocking
+from inferlet._return_value import encode_return
 from pie_guest.loop import GuestLoop
 
 __all__ = ["run"]
@@ -40,40 +41,12 @@ def run(request: str) -> str:
                 loop.close()
         else:
             value = main(first["input"])
-        return _encode_return(value)
+        return encode_return(value)
     except BaseException as exc:  # noqa: BLE001 - everything becomes the error the host reports
         raise Err(f"{type(exc).__name__}: {exc}") from None
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-
-
-def _encode_return(value) -> str:
-    """``main``'s value as JSON; the check and message of ``pie_core.runtime.instance.check_return``
-    (which this guest cannot import), so every runner fails a non-JSON return the same way."""
-    refused = []
-
-    def refuse(obj):
-        refused.append(obj)
-        raise TypeError
-
-    try:
-        return json.dumps(value, allow_nan=False, default=refuse)
-    except (TypeError, ValueError, RecursionError) as exc:
-        top = f"a value of type {type(value).__name__}"
-        if refused:
-            inner = "" if refused[0] is value else f" holding a value of type {type(refused[0]).__name__}"
-            what = f"{top}{inner}, which is not JSON-serialisable"
-        elif isinstance(exc, RecursionError):
-            what = f"{top} nested too deeply to encode"
-        elif isinstance(exc, TypeError):  # json.dumps refuses a key without asking ``default``
-            what = f"{top} with a dict key that is not a str, int, float, bool or None"
-        elif "Circular" in str(exc):
-            what = f"{top} that contains itself"
-        else:  # allow_nan=False
-            what = f"{top} that is or holds NaN or infinity, which JSON cannot represent"
-        advice = "return JSON-compatible values (dict, list, str, int, float, bool or None)"
-        raise TypeError(f"main returned {what}: {advice}") from None
 
 
 def _load(entry: str):
