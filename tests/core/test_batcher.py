@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import types
 from typing import Any, Awaitable, Callable
 
 import numpy as np
@@ -272,8 +273,17 @@ def test_a_request_cancelled_after_pre_assembly_never_reaches_the_backend(monkey
     assert backend.batches == [[1], [3]]
 
 
-def test_on_batch_is_called_once_per_batch_after_its_results_with_the_backend_seconds():
+def test_on_batch_is_called_once_per_batch_after_its_results_with_the_backend_seconds(monkeypatch):
+    clock = [100.0]  # the batcher's clock: it moves only while the backend works, t seconds for token t
+    monkeypatch.setattr(batcher_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     backend = FakeBackend()
+    fast = backend.forward
+
+    def slow(batch: ForwardBatch) -> BatchOutput:
+        clock[0] += float(batch.token_ids[0])
+        return fast(batch)
+
+    backend.forward = slow
     calls: list[tuple[float, bool]] = []
     futures: list[asyncio.Future] = []
     batcher = make(backend, on_batch=lambda s: calls.append((s, all(f.done() for f in futures))))
@@ -288,8 +298,8 @@ def test_on_batch_is_called_once_per_batch_after_its_results_with_the_backend_se
         await batcher.close()
 
     run(main)
-    assert len(calls) == len(backend.batches) == 3
-    assert all(isinstance(s, float) and s >= 0 and done for s, done in calls)
+    assert len(backend.batches) == 3
+    assert calls == [(1.0, True), (2.0, True), (3.0, True)]
 
 
 def test_a_failing_on_batch_is_logged_and_batching_goes_on(caplog):

@@ -236,6 +236,8 @@ def test_es_finetune_reports_a_reward_per_generation(cpu_engine):
     out, events = run_example(cpu_engine, "es-finetune", args)
     assert len(out["rewards"]) == 2
     assert all(0.0 <= r <= 1.0 for r in [*out["rewards"], out["base"], out["final"]])
-    assert set(out["hit_rate"]) == {"base", "trained"} and all(0.0 <= r <= 1.0 for r in out["hit_rate"].values())
+    assert set(out["hit_rate"]) == {"base", "trained"} and all(r in (0.0, 0.5, 1.0) for r in out["hit_rate"].values())
     streamed = "".join(e.value for e in events if e.kind == "stdout")
-    assert "generation 1: mean reward" in streamed and "generation 2: mean reward" in streamed
+    assert f"base model: reward {out['base']:.3f}," in streamed
+    assert f"generation 1: mean reward {out['rewards'][0]:.3f}," in streamed
+    assert f"generation 2: mean reward {out['rewards'][1]:.3f}," in streamed

@@ -4,11 +4,12 @@ import asyncio
 import json
 import os
 import signal
-import time
+import sys
 
 import pytest
 
 from inferlet import mcp
+from pie_core.engine.engine import Engine
 from pie_core.errors import InvalidInput, NotFound
 
 from mcp_harness import fixture_entry, run, value, write_servers
@@ -216,12 +217,27 @@ def test_a_server_that_dies_while_idle_is_replaced_on_the_next_call(engine):
     assert first != second and engine.mcp.connection("calc").starts == 2
 
 
-def test_closing_the_engine_while_a_server_starts_stops_it_at_once(engine):
-    async def go():
-        engine.mcp.open("calc")  # starts the process in the background
-        await asyncio.sleep(0.05)
-        started = time.monotonic()
-        await engine.close()
-        return time.monotonic() - started
+MUTE = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
 
-    assert asyncio.run(go()) < 5 and engine.mcp.live_servers() == []
+
+def test_closing_the_engine_while_a_server_starts_cancels_the_start_and_ends_the_process(pie_home):
+    # The server never answers initialize: close can only return by cancelling the start (waiting
+    # for it would last the 30 s start-up allowance).
+    pid_file = pie_home / "mute.pid"
+    write_servers(pie_home, {"mute": {"command": sys.executable, "args": ["-c", MUTE, str(pid_file)]}})
+    engine = Engine("dummy")
+
+    async def go():
+        engine.mcp.open("mute")  # starts the process in the background
+        starting = engine.mcp.connection("mute")._task
+        for _ in range(3000):  # a hang bound only: until the process is up
+            if pid_file.is_file() and pid_file.read_text():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(engine.close(), 60)  # a hang bound only
+        return starting, int(pid_file.read_text())
+
+    starting, pid = asyncio.run(go())
+    assert starting.cancelled() and engine.mcp.live_servers() == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # ended and reaped

@@ -3,11 +3,14 @@ bounds before xgrammar parses them, and compilation runs off the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from pathlib import Path
 
 from hostile import Served, victim_is_served, write_program
 from pie_core.client import connect
+from pie_core.grammar.compiler import GrammarCompiler
 from pie_core.grammar.source import MAX_JSON_DEPTH, MAX_SOURCE_BYTES
 
 STALLER = '''
@@ -44,19 +47,44 @@ async def main(input):
 '''
 
 
-def test_pathological_grammars_are_refused_and_compiles_do_not_stall_other_users(hostile, tmp_path: Path) -> None:
+def test_pathological_grammars_are_refused_and_compiles_do_not_stall_other_users(hostile, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """Mallory's heavy grammar is held in its compilation until alice has been served: the
+    compile runs on a worker thread, never on the event loop, and holds nobody else up."""
+    compiling, release = threading.Event(), threading.Event()
+    loop_thread: list[int] = []
+    compile_thread: list[int] = []
+    real_compile = GrammarCompiler._compile
+
+    def held_compile(self, source):
+        if '"minLength": 2000' in source.text:  # mallory's heavy schema; every other grammar as usual
+            compile_thread.append(threading.get_ident())
+            compiling.set()
+            if compile_thread[0] != loop_thread[0]:  # on the loop itself, waiting would only hang the test
+                assert release.wait(60), "the test never released the compilation"
+        return real_compile(self, source)
+
+    monkeypatch.setattr(GrammarCompiler, "_compile", held_compile)
+
     async def scenario(s: Served) -> None:
-        await victim_is_served(s)  # alice's program is installed and the zygote warm: later probes take ~0.1 s
+        loop_thread.append(threading.get_ident())
+        await victim_is_served(s)  # alice's program is installed and the zygote warm
         async with await connect(s.url, s.tokens["mallory"]) as mallory:
             proc = await mallory.launch(await mallory.install(write_program(tmp_path / "staller", STALLER)), {})
             events = proc.events()
             assert (await events.__anext__()).value == "start"
-            await victim_is_served(s, within_s=2.0)  # while mallory's sources are parsed
             refused = json.loads((await events.__anext__()).value)
             assert (await events.__anext__()).value == "compiling"
-            await victim_is_served(s, within_s=2.0)  # while mallory's grammar compiles
+            try:
+                assert await asyncio.to_thread(compiling.wait, 60), "mallory's grammar never reached the compiler"
+                assert compile_thread[0] != loop_thread[0], "the grammar was compiled on the event loop's thread"
+                await victim_is_served(s)  # while mallory's grammar is still compiling
+                assert proc.id in {p.id for p in s.server.processes.of_user("mallory")}
+            finally:
+                release.set()
             await proc.terminate()
             assert [event.kind async for event in events] == ["error"]
+        assert len(compile_thread) == 1  # compiled once
         assert refused[:3] == [f"InvalidInput: a JSON schema may nest at most {MAX_JSON_DEPTH} objects and arrays deep; "
                                "flatten it, or share repeated parts through $defs/$ref"] * 3, refused
         assert refused[3] == (f"InvalidInput: a regex may be at most {MAX_SOURCE_BYTES} bytes, got 280000; "
