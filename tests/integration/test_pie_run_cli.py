@@ -124,3 +124,14 @@ def test_backend_options_reach_the_backend_which_refuses_unknown_ones(pie_cli):
     r = pie_cli("run", "hello-world", "--backend", "torch", "--backend-option", "quant=int3")
     assert r.returncode == 1
     assert "unsupported quant 'int3'" in r.stderr
+
+
+def test_print_in_an_inferlet_is_a_stdout_event_not_a_raw_line(pie_cli, tmp_path):
+    (tmp_path / "Pie.toml").write_text('[package]\nname = "printer"\nversion = "0.1.0"\ndescription = "prints"\n')
+    (tmp_path / "main.py").write_text(
+        "async def main(input):\n    print('partial', end='')\n    print(' line')\n    print('second')\n    return 1\n")
+    r = pie_cli("run", str(tmp_path), "--dummy", "--events", "jsonl")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events == [{"event": "stdout", "value": "partial line\n"}, {"event": "stdout", "value": "second\n"},
+                      {"event": "return", "value": 1}]
