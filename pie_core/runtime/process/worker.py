@@ -145,13 +145,8 @@ class _Link:
         finally:
             os._exit(1)
 
-    def call(self, op: str, *args: Any) -> Any:
-        done, box = threading.Event(), []
-
-        def settle(ok: bool, value: Any) -> None:
-            box.append((ok, value))
-            done.set()
-
+    def _request(self, op: str, args: tuple[Any, ...], settle: Callable[[bool, Any], None]) -> None:
+        """Send call ``op``; the reader thread hands its reply to ``settle(ok, value)``."""
         rid = next(self._ids)
         self._waiting[rid] = settle
         try:
@@ -159,6 +154,15 @@ class _Link:
         except BaseException:
             del self._waiting[rid]
             raise
+
+    def call(self, op: str, *args: Any) -> Any:
+        done, box = threading.Event(), []
+
+        def settle(ok: bool, value: Any) -> None:
+            box.append((ok, value))
+            done.set()
+
+        self._request(op, args, settle)
         done.wait()
         ok, value = box[0]
         if not ok:
@@ -184,13 +188,7 @@ class _Link:
             except RuntimeError:  # that loop was closed: nobody waits for the reply any more
                 pass
 
-        rid = next(self._ids)
-        self._waiting[rid] = settle
-        try:
-            self.send([op, rid, *args])
-        except BaseException:
-            del self._waiting[rid]
-            raise
+        self._request(op, args, settle)
         return await fut
 
 
