@@ -92,7 +92,7 @@ def _block(q: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, b: Block, slidin
     mask = b.mask_sliding if use_sliding else b.mask
     blind = b.blind_sliding if use_sliding else b.blind
     assert mask is not None
-    qb = q[b.start : b.stop]
+    qb = q[b.start : b.stop].to(k.dtype)  # float32 queries (q4/w8a8 layers) meet a bf16 cache
     if softcap is None:
         out = F.scaled_dot_product_attention(
             qb.transpose(0, 1).unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, scale=1.0, enable_gqa=True

@@ -1,10 +1,12 @@
-"""Linear layers: dense weights, and weight-only int8 / int4 on torch's CPU kernels.
+"""Linear layers: dense weights, weight-only int8 / int4 on torch's CPU kernels, int8 x int8
+(w8a8), and 4-bit weights times int8 activations on the backend's own kernel (q4).
 
 Every kind is called as ``layer(x)`` with ``x`` ``[tokens, in_features]`` and returns
 ``[tokens, out_features]`` in ``x``'s dtype. Quantised kinds use torch's own CPU kernels
 (``aten._weight_int8pack_mm``: int8 per output channel; ``aten._weight_int4pack_mm_for_cpu``:
 int4 in groups of 32 input features with a scale and an offset per group), which are fastest for
-matrix-vector work; :class:`ByBatchSize` routes larger batches to dense weights.
+matrix-vector work; :class:`Q4` runs ``csrc/q4.cpp`` (built on first use, :mod:`.native`);
+:class:`ByBatchSize` routes larger batches to other weights.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pie_backend_torch import native
 from pie_backend_torch.options import cpu_has_bf16
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "fits_int4",
     "INT4_GROUP",
     "Int8Dynamic",
+    "Q4",
     "layer_tensors",
     "rebuild_layer",
 ]
@@ -180,6 +184,40 @@ class Int4:
         return y if self.bias is None else y + self.bias
 
 
+class Q4:
+    """4-bit weights in blocks of 32 inputs (``w = q * scale + low``, float16 scale and low) times
+    activations quantised to int8 per block of 32 on every call, on the backend's own kernel
+    (:func:`pie_backend_torch.native.ops`; VNNI or AVX2 integer dot products). float32 in and out:
+    the per-block activation scale needs no outlier split."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self._set(native.pack_q4(weight), int(weight.shape[1]), bias)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, bias: torch.Tensor | None) -> "Q4":
+        """The layer over rows packed by :func:`pie_backend_torch.native.pack_q4`."""
+        layer = cls.__new__(cls)
+        layer._set(packed, native.q4_in_features(packed.shape[1]), bias)
+        return layer
+
+    def _set(self, packed: torch.Tensor, in_features: int, bias: torch.Tensor | None) -> None:
+        ops = native.ops()
+        if ops is None:
+            raise ValueError(f"quant 'q4' needs the backend's CPU kernels, which could not be built: {native.unavailable_reason()}")
+        self.op = ops.q4_linear
+        self.packed = packed
+        self.in_features = in_features
+        self.bias = None if bias is None else bias.float()
+        self.out_features = int(packed.shape[0])
+
+    def dequantised(self) -> torch.Tensor:
+        """The effective float32 ``[out, in]`` weight (for tests)."""
+        return native.unpack_q4(self.packed, self.in_features)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.op(x, self.packed, self.bias)
+
+
 class _KeptColumns:
     """Dequantised float32 weights of the input channels met as outliers, for one layer, so that
     each is dequantised once rather than on every call."""
@@ -265,6 +303,11 @@ class Int8Dynamic(_Int8Weights):
         return self.weight.index_select(1, outliers).float().mul_(self.scale[:, None]).t()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        ops = native.ops() if self.packed is None and x.device.type == "cpu" else None
+        if ops is not None:  # the same steps, fused in csrc/q4.cpp
+            xq, step, outliers, wide = ops.w8a8_quantise(x, _OUTLIER_CHANNELS)
+            acc = torch._int_mm(xq, self.weight.t())
+            return ops.w8a8_finish(acc, step, self.scale, wide, self.kept(outliers), self.bias).to(x.dtype)
         xf = x.float()
         rows, width = xf.shape
         peaks = xf.abs() if rows == 1 else xf.abs().amax(dim=0, keepdim=True)
@@ -305,12 +348,12 @@ def quantise(
     max_tokens: int,
     large: str = "none",
 ) -> Linear:
-    """A linear layer of ``kind`` (``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"``) over float ``weight``.
+    """A linear layer of ``kind`` (``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"``, ``"q4"``) over float ``weight``.
 
     ``max_tokens > 0`` keeps a second layer for batches of more rows: dense weights (``large``
     ``"none"``) or :class:`Int8Dynamic` (``"w8a8"``). int4 needs the input width to be a multiple
     of :data:`INT4_GROUP` and the output one of 16 (:func:`fits_int4`); other layers fall back to
-    int8.
+    int8. q4 needs the input width to be a multiple of 32; other layers fall back to w8a8.
     """
     b = None if bias is None else bias.to(dtype)
     if kind == "none":
@@ -319,6 +362,8 @@ def quantise(
         small: Linear = Int8Dynamic(weight, bias)
     elif kind == "int4" and fits_int4(weight):
         small = Int4(weight, b)
+    elif kind == "q4":
+        small = Q4(weight, bias) if weight.shape[1] % native.Q4_BLOCK == 0 else Int8Dynamic(weight, bias)
     else:
         small = Int8(weight, b)
     if max_tokens <= 0 or (kind == "w8a8" and large == "w8a8"):
@@ -342,13 +387,15 @@ def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> di
     bias = getattr(layer, "bias", None)
     if isinstance(layer, Int4):
         out = {"int4": layer.packed, "scales_and_zeros": layer.scales_and_zeros}
+    elif isinstance(layer, Q4):
+        out = {"q4": layer.packed}
     elif isinstance(layer, Int8Dynamic):
         out = {"w8a8": layer.weight, "scale": layer.scale}
     elif isinstance(layer, Int8):
         out = {"int8": layer.weight, "scale": layer.scale}
     else:
         out = {"dense": weight.to(dtype)}
-    return out if bias is None else out | {"bias": bias}
+    return out if bias is None else out | {"bias": bias.clone()}  # small and large may share one tensor
 
 
 def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_tokens: int) -> Linear:
@@ -364,6 +411,8 @@ def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_toke
     bias = tensors.get("bias")
     if "int4" in tensors:
         return Int4.from_packed(tensors["int4"], tensors["scales_and_zeros"], bias)
+    if "q4" in tensors:
+        return Q4.from_packed(tensors["q4"], bias)
     if "w8a8" in tensors:
         return Int8Dynamic.from_quantised(tensors["w8a8"], tensors["scale"], bias)
     if "int8" in tensors:

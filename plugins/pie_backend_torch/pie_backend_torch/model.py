@@ -53,6 +53,8 @@ class Transformer:
         self.weights = weights
         self.cache = cache
         self.config = config
+        self.linear_dtype = torch.float32 if config.quant in ("q4", "w8a8") else config.dtype
+        """What the linear layers take: q4 and w8a8 quantise float32 activations themselves."""
         self.rope = RopeTables(spec, config.device)
         self.window = spec.sliding_window if any(spec.is_sliding(i) for i in range(spec.num_layers)) else None
         self.sliding = tuple(spec.is_sliding(i) and self.window is not None for i in range(spec.num_layers))
@@ -125,7 +127,7 @@ class Transformer:
         if len(rows) != x.shape[0]:
             x = x.index_select(0, torch.from_numpy(rows).to(x.device))
         h = F.rms_norm(x, (spec.hidden_size,), w.output_norm, spec.rms_norm_eps)
-        logits = w.lm_head(h.to(self.config.dtype)).float()
+        logits = w.lm_head(h.to(self.linear_dtype)).float()
         if spec.final_softcap is not None:
             logits = torch.tanh(logits / spec.final_softcap) * spec.final_softcap
         return logits, hidden
@@ -134,7 +136,7 @@ class Transformer:
         self, i: int, lw: LayerWeights, x: torch.Tensor, rot: Rotation, plan: Any, lora: LoraStep | None
     ) -> torch.Tensor:
         spec = self.spec
-        eps, dtype = spec.rms_norm_eps, self.config.dtype
+        eps, dtype = spec.rms_norm_eps, self.linear_dtype
         normed = F.rms_norm(x, (spec.hidden_size,), lw.attn_norm, eps)
         qkv = lw.qkv(normed.to(dtype))
         if lora is not None:

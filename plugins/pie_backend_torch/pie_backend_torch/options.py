@@ -2,10 +2,12 @@
 
 Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
 
-- ``quant``: ``"none"``, ``"int8"``, ``"int4"`` or ``"w8a8"``: quantisation of the linear
-  layers (CPU). ``"auto"`` (the default), when ``dtype`` is ``"auto"`` on a CPU, means int4 where
-  the CPU has native bf16 and w8a8 (with float32 activations) where it has not, such as AVX2
-  CPUs (the fast defaults; see docs/performance.md for their accuracy); else none.
+- ``quant``: ``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"`` or ``"q4"``: quantisation of the
+  linear layers (CPU). ``"auto"`` (the default), when ``dtype`` is ``"auto"`` on a CPU, means q4
+  where the backend's own kernels build (:mod:`pie_backend_torch.native`), else int4 where the CPU
+  has native bf16 and w8a8 where it has not (see docs/performance.md for their speed and
+  accuracy); else none. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
+  int8 activations quantised per block of 32, on ``csrc/q4.cpp``; float32 activations.
   ``"w8a8"`` is int8 weights times int8 activations quantised per token on every call (outlier
   channels in float32), multiplied by ``torch._int_mm`` on a CPU with VNNI and by fbgemm's
   kernels on others; it takes any ``dtype``, the weight-only kinds need bfloat16.
@@ -48,7 +50,7 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-QUANT_KINDS = ("none", "int8", "int4", "w8a8")
+QUANT_KINDS = ("none", "int8", "int4", "w8a8", "q4")
 LARGE_KINDS = ("none", "w8a8")
 DEFAULT_QUANT_MAX_TOKENS = 8
 _KNOWN_EXTRA = {"quant", "quant_large", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
@@ -95,11 +97,15 @@ def cpu_has_bf16() -> bool:
 
 
 def _auto_quant(dtype_name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``quant="auto"``: int4 weight-only decode where the CPU computes bf16 natively, w8a8 on
-    other CPUs (AVX2: fbgemm's int8 kernels are 2x int4's speed there, and bf16 is emulated),
-    none when the dtype was chosen by hand or on a GPU."""
+    """``quant="auto"``: q4 where the backend's kernels build; else int4 weight-only decode where
+    the CPU computes bf16 natively, w8a8 on other CPUs (AVX2: fbgemm's int8 kernels are 2x int4's
+    speed there, and bf16 is emulated); none when the dtype was chosen by hand or on a GPU."""
     if dtype_name != "auto" or device.type != "cpu":
         return "none"
+    from pie_backend_torch import native
+
+    if native.ops() is not None:
+        return "q4"
     return "int4" if dtype == torch.bfloat16 else "w8a8"
 
 
@@ -140,8 +146,16 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         quant = _auto_quant(options.dtype, device, dtype)
     if quant not in QUANT_KINDS:
         raise ValueError(f"unsupported quant {quant!r}; expected one of {', '.join(QUANT_KINDS)} or 'auto'")
-    if quant == "w8a8" and device.type != "cpu":
-        raise ValueError(f"w8a8 runs on the CPU; use device='cpu' (got {device})")
+    if quant in ("w8a8", "q4") and device.type != "cpu":
+        raise ValueError(f"{quant} runs on the CPU; use device='cpu' (got {device})")
+    if quant == "q4":
+        from pie_backend_torch import native
+
+        if native.ops() is None:
+            raise ValueError(
+                f"quant 'q4' needs the backend's CPU kernels, which could not be built: {native.unavailable_reason()}; "
+                "use quant 'int4' (bfloat16) or 'w8a8'"
+            )
     if quant in ("int8", "int4") and (device.type != "cpu" or dtype != torch.bfloat16):
         raise ValueError(
             f"weight-only {quant} runs on the CPU with bfloat16 activations; "

@@ -85,13 +85,23 @@ def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("native_bf16", "dtype", "quant", "quant_large"),
-    [(True, "bfloat16", "int4", "w8a8"), (False, "float32", "w8a8", "w8a8")],
+    ("native_bf16", "kernels", "dtype", "quant", "quant_large"),
+    [
+        (True, True, "bfloat16", "q4", "w8a8"),
+        (False, True, "float32", "q4", "w8a8"),
+        (True, False, "bfloat16", "int4", "w8a8"),
+        (False, False, "float32", "w8a8", "w8a8"),
+    ],
 )
-def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, dtype, quant, quant_large):
-    """int4 decode + w8a8 batches where bf16 is native (AVX512-BF16); float32 activations with
-    w8a8 everywhere on other CPUs (AVX2), where bf16 is emulated and int4 is slower than int8."""
+def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, kernels, dtype, quant, quant_large):
+    """q4 decode + w8a8 batches where the backend's kernels build; without them, int4 decode where
+    bf16 is native (AVX512-BF16) and float32 activations with w8a8 everywhere on other CPUs (AVX2),
+    where bf16 is emulated and int4 is slower than int8."""
+    from pie_backend_torch import native
+
     monkeypatch.setattr(options_module, "cpu_has_bf16", lambda: native_bf16)
+    if not kernels:
+        monkeypatch.setattr(native, "ops", lambda: None)
     spec = tiny_spec("qwen2")
     backend = TorchBackend()
     caps = backend.pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="auto", kv_pages=4))

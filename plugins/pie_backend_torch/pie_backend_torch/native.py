@@ -1,0 +1,144 @@
+"""The backend's own CPU kernels (``csrc/q4.cpp``), compiled from source on first use.
+
+The operators are built for the CPU they run on (``-march=native``, or ``PIE_TORCH_MARCH``:
+AVX512-VNNI, AVX-VNNI or plain AVX2 paths) with torch's extension builder, which needs a C++ compiler and ninja and
+downloads nothing. The build is kept in ``<pie cache>/torch/ext/<key>``, the key naming the
+source, torch's version and the CPU's instruction sets, so a second process loads it in
+milliseconds and a home directory shared between CPUs never runs one CPU's build on another.
+Building at ``pip install`` time would need torch inside pip's isolated build environment (an
+unpinned torch there is a multi-GB CUDA download), hence the first-use build.
+
+When the build fails (no compiler, a CPU without AVX2), or ``PIE_TORCH_NATIVE=0`` is set, :func:`ops`
+says why once and returns None, and the callers use torch's own kernels (``quant="auto"`` then
+picks int4 or w8a8 as before).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pie_core.backend_kit import weights_cache_dir
+
+__all__ = ["ops", "unavailable_reason", "pack_q4", "unpack_q4", "q4_in_features", "Q4_BLOCK"]
+
+Q4_BLOCK = 32
+_SOURCE = Path(__file__).with_name("csrc") / "q4.cpp"
+_MARCH = os.environ.get("PIE_TORCH_MARCH", "native")
+"""``-march`` of the build: ``native`` (this CPU), or e.g. ``x86-64-v3`` for a build that runs on
+any AVX2 CPU (the AVX2 path, without VNNI)."""
+_FLAGS = ["-O3", f"-march={_MARCH}", "-mf16c", "-mfma", "-fno-math-errno", "-fopenmp"]
+"""``-fopenmp`` makes ``at::parallel_for`` parallel; the library then needs ``libgomp.so.1``, which
+resolves to the copy torch already loaded (one OpenMP runtime, one thread pool)."""
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _build_dir() -> Path:
+    h = hashlib.sha256()
+    h.update(_SOURCE.read_bytes())
+    h.update(" ".join(_FLAGS).encode())
+    h.update(torch.__version__.encode())
+    h.update(_cpu_flags().encode())  # -march=native differs by CPU
+    return weights_cache_dir() / "torch" / "ext" / h.hexdigest()[:20]
+
+
+def _build() -> Any:
+    if os.environ.get("PIE_TORCH_NATIVE", "1") == "0":
+        raise RuntimeError("turned off by PIE_TORCH_NATIVE=0")
+    if "avx2" not in _cpu_flags().split():
+        raise RuntimeError("the CPU has no AVX2")
+    from torch.utils.cpp_extension import load
+
+    where = _build_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    lib = where / "pie_cpu_q4.so"
+    if not lib.exists():
+        _log.info("building the torch backend's CPU kernels in %s (once per CPU kind)", where)
+        load(
+            name="pie_cpu_q4",
+            sources=[str(_SOURCE)],
+            extra_cflags=_FLAGS,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(where),
+            is_python_module=False,
+            verbose=bool(os.environ.get("PIE_VERBOSE_BUILD")),
+        )
+    else:
+        torch.ops.load_library(str(lib))
+    return torch.ops.pie_cpu
+
+
+def ops() -> Any:
+    """``torch.ops.pie_cpu`` (built and loaded on the first call), or None where it cannot be built."""
+    with _lock:
+        if "ops" not in _state:
+            try:
+                _state["ops"] = _build()
+            except Exception as exc:  # any build failure means: use torch's kernels
+                _state["ops"] = None
+                _state["why"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+                _log.warning("the torch backend's CPU kernels are not available (%s); using torch's", _state["why"])
+        return _state["ops"]
+
+
+def unavailable_reason() -> str | None:
+    """Why :func:`ops` returned None (after it was called), else None."""
+    return _state.get("why")
+
+
+def pack_q4(weight: torch.Tensor) -> torch.Tensor:
+    """``[out, in]`` float weights as the kernel's 4-bit rows: uint8 ``[out, in/2 + 4 * in/32]``.
+
+    Each block of 32 inputs of a row gets ``w ≈ q * scale + low`` with ``q`` in 0..15, ``low`` the
+    block's minimum and ``scale`` its range over 15, both float16 (the rounding is against the
+    stored float16 values). A row holds its packed nibbles, then its scales, then its lows
+    (``csrc/q4.cpp`` has the byte layout).
+
+    Raises:
+        ValueError: ``in`` is not a multiple of 32.
+    """
+    out, inp = weight.shape
+    if inp % Q4_BLOCK:
+        raise ValueError(f"q4 needs in_features divisible by {Q4_BLOCK}, got {inp}")
+    w = weight.float().reshape(out, inp // Q4_BLOCK, Q4_BLOCK)
+    lo, hi = w.amin(dim=2), w.amax(dim=2)
+    low = lo.to(torch.float16)
+    scale = ((hi - low.float()) / 15.0).clamp(min=1e-8).to(torch.float16)
+    q = torch.round((w - low.float()[..., None]) / scale.float()[..., None]).clamp(0, 15).to(torch.uint8)
+    nibbles = (q[..., :16] | (q[..., 16:] << 4)).reshape(out, inp // 2)
+    return torch.cat([nibbles, scale.view(torch.uint8), low.view(torch.uint8)], dim=1).contiguous()
+
+
+def q4_in_features(row_bytes: int) -> int:
+    """The input width whose packed rows are ``row_bytes`` long (``in/2 + 4 * in/32 = 5 * in/8``)."""
+    if row_bytes % 20:
+        raise ValueError(f"{row_bytes} bytes is no packed q4 row")
+    return row_bytes * 8 // 5
+
+
+def unpack_q4(packed: torch.Tensor, in_features: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weights that :func:`pack_q4`'s rows stand for."""
+    out, nb = packed.shape[0], in_features // Q4_BLOCK
+    nibbles = packed[:, : in_features // 2].reshape(out, nb, 16)
+    q = torch.cat([nibbles & 15, nibbles >> 4], dim=2).float()
+    scale = packed[:, in_features // 2 : in_features // 2 + 2 * nb].contiguous().view(torch.float16).float()
+    low = packed[:, in_features // 2 + 2 * nb :].contiguous().view(torch.float16).float()
+    return (q * scale[..., None] + low[..., None]).reshape(out, in_features)

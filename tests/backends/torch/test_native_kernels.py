@@ -1,0 +1,139 @@
+"""The torch backend's own CPU kernels (``csrc/q4.cpp``): q4 rows times int8 activations equal the
+product of their dequantised weights with the per-block int8 activations computed in float64;
+the fused w8a8 steps equal the torch ops they replace; the AVX2 build agrees with the native
+one; and without the kernels the backend says why and falls back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import numpy as np
+
+from backend_testkit import kv_request, probe_logits, random_weights, run, tiny_spec
+from pie_backend_torch import TorchBackend, linear, native
+from pie_backend_torch.options import resolve_options
+from pie_core.hookspec import BackendOptions
+from torch_testkit import load_torch
+
+ops = native.ops()
+pytestmark = pytest.mark.skipif(ops is None, reason=f"kernels not built here: {native.unavailable_reason()}")
+
+
+def _emulated(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """float64 ``x`` quantised to int8 per block of 32 (symmetric, round half to even) times the
+    dequantised q4 rows."""
+    m, k = x.shape
+    blocks = x.double().reshape(m, k // 32, 32)
+    step = blocks.abs().amax(dim=2, keepdim=True) / 127
+    xq = (torch.round(blocks / torch.where(step > 0, step, 1.0)) * step).reshape(m, k)
+    y = xq @ native.unpack_q4(packed, k).double().T
+    return y if bias is None else y + bias.double()
+
+
+# (rows, in, out): odd block counts (the AVX512 path's one-block tail), outputs not a multiple of
+# the 4-row tile, 1..9 activation rows (the 2-row tile and its remainder)
+SHAPES = [(1, 32, 5), (1, 96, 7), (2, 64, 4), (3, 160, 9), (5, 896, 68), (9, 288, 33), (1, 4864, 12)]
+
+
+@pytest.mark.parametrize("rows, inp, out", SHAPES)
+def test_q4_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
+    torch.manual_seed(rows * 1000 + inp + out)
+    w = torch.randn(out, inp) / 10
+    x = torch.randn(rows, inp)
+    x[:, 3] *= 40  # an outlier channel spoils only its own block
+    bias = torch.randn(out)
+    packed = native.pack_q4(w)
+    got = ops.q4_linear(x, packed, bias)
+    torch.testing.assert_close(got.double(), _emulated(x, packed, bias), atol=2e-5 * (inp / 32) ** 0.5, rtol=1e-5)
+    torch.testing.assert_close(ops.q4_linear(x, packed, None).double(), _emulated(x, packed, None), atol=1e-4, rtol=1e-5)
+
+
+def test_q4_weights_are_within_half_a_step_of_the_originals():
+    torch.manual_seed(1)
+    w = torch.randn(16, 128) * torch.linspace(0.01, 3, 16)[:, None]
+    blocks = w.reshape(16, 4, 32)
+    step = (blocks.amax(dim=2) - blocks.amin(dim=2)) / 15
+    err = (native.unpack_q4(native.pack_q4(w), 128) - w).reshape(16, 4, 32).abs()
+    assert bool((err <= step[..., None] * 0.5 + 1e-2 * step[..., None] + 1e-6).all())  # float16 scale rounding
+
+
+def test_q4_refuses_what_it_cannot_multiply():
+    packed = native.pack_q4(torch.randn(4, 64))
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        ops.q4_linear(torch.randn(1, 48), packed, None)
+    with pytest.raises(RuntimeError, match="uint8"):
+        ops.q4_linear(torch.randn(1, 32), packed, None)  # rows packed for 64 inputs
+    with pytest.raises(ValueError, match="divisible by 32"):
+        native.pack_q4(torch.randn(4, 40))
+
+
+@pytest.mark.parametrize("rows", [1, 9, 32])
+def test_fused_w8a8_steps_equal_the_torch_ops(monkeypatch, rows):
+    monkeypatch.setattr(linear, "_has_vnni", lambda: True)
+    torch.manual_seed(rows)
+    layer = linear.Int8Dynamic(torch.randn(40, 96) / 10, torch.randn(40))
+    x = torch.randn(rows, 96)
+    x[:, 62] *= 50
+    x[:, 7] *= 20
+    fused = layer(x)
+    monkeypatch.setattr(native, "ops", lambda: None)
+    torch.testing.assert_close(fused, layer(x), atol=1e-5, rtol=1e-5)
+
+
+def test_w8a8_quantise_takes_the_largest_channels_out():
+    x = torch.tensor([[1.0, -50.0, 2.0, 0.5], [-3.0, 1.0, 0.25, 9.0]])
+    xq, step, outliers, wide = ops.w8a8_quantise(x, 2)
+    assert outliers.tolist() == [1, 3]  # peaks 50 and 9
+    torch.testing.assert_close(wide, x[:, [1, 3]])
+    torch.testing.assert_close(step[:, 0], torch.tensor([2.0, 3.0]) / 127)
+    assert xq.tolist() == [[64, 0, 127, 0], [-127, 0, 11, 0]]  # outlier channels are 0 in every row
+
+
+_CHILD = """
+import json, sys, torch
+from pie_backend_torch import native
+ops = native.ops()
+torch.manual_seed(7)
+w = torch.randn(21, 96) / 10
+x = torch.randn(3, 96)
+print(json.dumps({"why": native.unavailable_reason(), "y": ops.q4_linear(x, native.pack_q4(w), None).tolist()}))
+"""
+
+
+def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
+    """``PIE_TORCH_MARCH=x86-64-v3`` builds the AVX2 path (no AVX512, no VNNI) on any x86 CPU."""
+    env = {**os.environ, "PIE_TORCH_MARCH": "x86-64-v3"}
+    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    avx2 = json.loads(out.stdout.strip().splitlines()[-1])
+    assert avx2["why"] is None
+    torch.manual_seed(7)
+    w, x = torch.randn(21, 96) / 10, torch.randn(3, 96)
+    torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), None), atol=1e-5, rtol=1e-6)
+
+
+def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):
+    monkeypatch.setenv("PIE_TORCH_NATIVE", "0")
+    monkeypatch.setattr(native, "_state", {})
+    assert native.ops() is None and "PIE_TORCH_NATIVE=0" in (native.unavailable_reason() or "")
+    assert resolve_options(BackendOptions(dtype="auto")).quant in ("int4", "w8a8")
+    spec = tiny_spec("qwen2")
+    with pytest.raises(ValueError, match="q4.*could not be built.*PIE_TORCH_NATIVE=0"):
+        TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="float32", extra={"quant": "q4"}))
+
+
+def test_a_q4_model_stays_close_to_float32():
+    spec = tiny_spec("qwen2")
+    reqs = [kv_request(np.arange(7) * 11 % 128, np.arange(2), 4)]
+    ref = probe_logits(run(load_torch(spec, random_weights(spec)), reqs), reqs)[0]
+    q4 = probe_logits(run(load_torch(spec, random_weights(spec), quant="q4", quant_max_tokens=0), reqs), reqs)[0]
+    assert q4.shape == ref.shape
+    corr = float(np.corrcoef(ref.ravel(), q4.ravel())[0, 1])
+    assert corr > 0.95, corr
+    assert (q4.argmax(axis=-1) == ref.argmax(axis=-1)).mean() >= 0.8
