@@ -302,20 +302,30 @@ at::Tensor w8a8_finish(const at::Tensor& acc, const at::Tensor& step, const at::
     TORCH_CHECK(b.numel() == N, "w8a8_finish: bias must have N elements");
   }
   at::Tensor y = at::empty({M, N}, a.options().dtype(at::kFloat));
-  const int32_t* ap = a.data_ptr<int32_t>();
-  const float *stp = st.data_ptr<float>(), *scp = sc.data_ptr<float>(), *wdp = wd.data_ptr<float>(), *kpp = kp.data_ptr<float>();
-  const float* bp = bias.has_value() ? b.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, M, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* out = yp + r * N;
-      const int32_t* in = ap + r * N;
-      const float s = stp[r];
-      for (int64_t n = 0; n < N; ++n) out[n] = static_cast<float>(in[n]) * s * scp[n] + (bp ? bp[n] : 0.0f);
-      for (int64_t j = 0; j < C; ++j) {
-        const float v = wdp[r * C + j];
-        const float* col = kpp + j * N;
-        for (int64_t n = 0; n < N; ++n) out[n] += v * col[n];
+  const int32_t* __restrict ap = a.data_ptr<int32_t>();
+  const float* __restrict stp = st.data_ptr<float>();
+  const float* __restrict scp = sc.data_ptr<float>();
+  const float* __restrict wdp = wd.data_ptr<float>();
+  const float* __restrict kpp = kp.data_ptr<float>();
+  const float* __restrict bp = bias.has_value() ? b.data_ptr<float>() : nullptr;
+  float* __restrict yp = y.data_ptr<float>();
+  constexpr int64_t kCols = 512;  // a slice of every outlier row stays in L1 across the rows
+  at::parallel_for(0, (N + kCols - 1) / kCols, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t n0 = c0 * kCols; n0 < std::min(N, c1 * kCols); n0 += kCols) {
+      const int64_t width = std::min(kCols, N - n0);
+      for (int64_t r = 0; r < M; ++r) {
+        float* __restrict out = yp + r * N + n0;
+        const int32_t* __restrict in = ap + r * N + n0;
+        const float s = stp[r];
+        if (bp)
+          for (int64_t n = 0; n < width; ++n) out[n] = static_cast<float>(in[n]) * (s * scp[n0 + n]) + bp[n0 + n];
+        else
+          for (int64_t n = 0; n < width; ++n) out[n] = static_cast<float>(in[n]) * (s * scp[n0 + n]);
+        for (int64_t j = 0; j < C; ++j) {
+          const float v = wdp[r * C + j];
+          const float* __restrict col = kpp + j * N + n0;
+          for (int64_t n = 0; n < width; ++n) out[n] += v * col[n];
+        }
       }
     }
   });
