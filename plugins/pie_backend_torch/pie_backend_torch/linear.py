@@ -201,10 +201,7 @@ class Q4:
         return layer
 
     def _set(self, packed: torch.Tensor, in_features: int, bias: torch.Tensor | None) -> None:
-        ops = native.ops()
-        if ops is None:
-            raise ValueError(f"quant 'q4' needs the backend's CPU kernels, which could not be built: {native.unavailable_reason()}")
-        self.op = ops.q4_linear
+        self.op = native.require_q4().q4_linear
         self.packed = packed
         self.in_features = in_features
         self.bias = None if bias is None else bias.float()

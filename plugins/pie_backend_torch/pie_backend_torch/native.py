@@ -26,7 +26,7 @@ import torch
 
 from pie_core.backend_kit import weights_cache_dir
 
-__all__ = ["ops", "unavailable_reason", "pack_q4", "unpack_q4", "q4_in_features", "Q4_BLOCK"]
+__all__ = ["ops", "require_q4", "unavailable_reason", "pack_q4", "unpack_q4", "q4_in_features", "Q4_BLOCK"]
 
 Q4_BLOCK = 32
 _SOURCE = Path(__file__).with_name("csrc") / "q4.cpp"
@@ -88,6 +88,8 @@ def _build() -> Any:
 
 def ops() -> Any:
     """``torch.ops.pie_cpu`` (built and loaded on the first call), or None where it cannot be built."""
+    if "ops" in _state:  # the per-call path of the layers: no lock once settled
+        return _state["ops"]
     with _lock:
         if "ops" not in _state:
             try:
@@ -97,6 +99,21 @@ def ops() -> Any:
                 _state["why"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                 _log.warning("the torch backend's CPU kernels are not available (%s); using torch's", _state["why"])
         return _state["ops"]
+
+
+def require_q4() -> Any:
+    """:func:`ops` for ``quant="q4"``.
+
+    Raises:
+        ValueError: The kernels cannot be built here (the message says why and what to use).
+    """
+    found = ops()
+    if found is None:
+        raise ValueError(
+            f"quant 'q4' needs the backend's CPU kernels, which could not be built: {unavailable_reason()}; "
+            "use quant 'int4' (bfloat16) or 'w8a8'"
+        )
+    return found
 
 
 def unavailable_reason() -> str | None:

@@ -151,11 +151,7 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
     if quant == "q4":
         from pie_backend_torch import native
 
-        if native.ops() is None:
-            raise ValueError(
-                f"quant 'q4' needs the backend's CPU kernels, which could not be built: {native.unavailable_reason()}; "
-                "use quant 'int4' (bfloat16) or 'w8a8'"
-            )
+        native.require_q4()
     if quant in ("int8", "int4") and (device.type != "cpu" or dtype != torch.bfloat16):
         raise ValueError(
             f"weight-only {quant} runs on the CPU with bfloat16 activations; "
