@@ -21,7 +21,7 @@ from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
 from pie_core.mcp.registry import McpRegistry
 from pie_core.plugins import available_backends, bind_backend
-from pie_core.scheduler.batcher import Batcher
+from pie_core.scheduler.batcher import Batcher, backend_thread
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT, Ledger
 from pie_core.scheduler.market import Market
 from pie_core.scheduler.passes import tag_valid
@@ -124,14 +124,20 @@ class Engine:
         if source.name in self.models:
             return self.models[source.name]
         pm = bind_backend(self.backend)
+        thread = backend_thread()  # the load runs where the batches will (see backend_thread)
         try:
-            caps: Capabilities = pm.hook.pie_backend_load_model(
+            caps: Capabilities = thread.submit(
+                pm.hook.pie_backend_load_model,
                 spec=source.spec,
                 weights=source.weights(progress=progress),
                 options=dataclasses.replace(self.options, weights_key=source.cache_key),
-            )
+            ).result()
         except ValueError as exc:  # the hook's documented refusal: an option or a weight it cannot take
+            thread.shutdown()
             raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
+        except BaseException:
+            thread.shutdown()
+            raise
         pool = PagePool(caps.num_pages, caps.page_size)
         host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
         markets: list[Market] = []
@@ -141,6 +147,7 @@ class Engine:
             self.policy,
             copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
             on_batch=lambda seconds: markets[0].tick(seconds),
+            executor=thread,
         )
         market = Market(pool, host, batcher.enqueue_copy, Ledger(self.endowment), _replayable)
         markets.append(market)
