@@ -191,28 +191,30 @@ class Q4:
     the per-block activation scale needs no outlier split."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self._set(native.pack_q4(weight), int(weight.shape[1]), bias)
+        self._set(native.pack_q4(weight), int(weight.shape[1]), int(weight.shape[0]), bias)
 
     @classmethod
-    def from_packed(cls, packed: torch.Tensor, bias: torch.Tensor | None) -> "Q4":
-        """The layer over rows packed by :func:`pie_backend_torch.native.pack_q4`."""
+    def from_packed(cls, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> "Q4":
+        """The layer over ``out_features`` rows packed by :func:`pie_backend_torch.native.pack_q4`."""
         layer = cls.__new__(cls)
-        layer._set(packed, native.q4_in_features(packed.shape[1]), bias)
+        layer._set(packed, native.q4_in_features(packed.shape[1]), out_features, bias)
         return layer
 
-    def _set(self, packed: torch.Tensor, in_features: int, bias: torch.Tensor | None) -> None:
+    def _set(self, packed: torch.Tensor, in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
+        if -(-out_features // native.Q4_GROUP) != packed.shape[0]:
+            raise ValueError(f"{packed.shape[0]} packed q4 groups cannot hold {out_features} rows")
         self.op = native.require_q4().q4_linear
         self.packed = packed
         self.in_features = in_features
+        self.out_features = out_features
         self.bias = None if bias is None else bias.float()
-        self.out_features = int(packed.shape[0])
 
     def dequantised(self) -> torch.Tensor:
         """The effective float32 ``[out, in]`` weight (for tests)."""
-        return native.unpack_q4(self.packed, self.in_features)
+        return native.unpack_q4(self.packed, self.in_features, self.out_features)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(x, self.packed, self.bias)
+        return self.op(x, self.packed, self.out_features, self.bias)
 
 
 class _KeptColumns:
@@ -385,7 +387,7 @@ def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> di
     if isinstance(layer, Int4):
         out = {"int4": layer.packed, "scales_and_zeros": layer.scales_and_zeros}
     elif isinstance(layer, Q4):
-        out = {"q4": layer.packed}
+        out = {"q4": layer.packed, "q4_rows": torch.tensor(layer.out_features)}
     elif isinstance(layer, Int8Dynamic):
         out = {"w8a8": layer.weight, "scale": layer.scale}
     elif isinstance(layer, Int8):
@@ -409,7 +411,7 @@ def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_toke
     if "int4" in tensors:
         return Int4.from_packed(tensors["int4"], tensors["scales_and_zeros"], bias)
     if "q4" in tensors:
-        return Q4.from_packed(tensors["q4"], bias)
+        return Q4.from_packed(tensors["q4"], int(tensors["q4_rows"]), bias)
     if "w8a8" in tensors:
         return Int8Dynamic.from_quantised(tensors["w8a8"], tensors["scale"], bias)
     if "int8" in tensors:

@@ -29,6 +29,10 @@ from pie_core.backend_kit import weights_cache_dir
 __all__ = ["ops", "require_q4", "unavailable_reason", "pack_q4", "unpack_q4", "q4_in_features", "Q4_BLOCK"]
 
 Q4_BLOCK = 32
+Q4_GROUP = 16
+"""Output rows per packed group (16 int32 lanes of a 512-bit vector)."""
+Q4_BLOCK_BYTES = 320
+"""Bytes per block of 32 inputs of a group: 256 of nibbles, 16 float16 scales, 16 float16 lows."""
 _SOURCE = Path(__file__).with_name("csrc") / "q4.cpp"
 _MARCH = os.environ.get("PIE_TORCH_MARCH", "native")
 """``-march`` of the build: ``native`` (this CPU), or e.g. ``x86-64-v3`` for a build that runs on
@@ -122,12 +126,13 @@ def unavailable_reason() -> str | None:
 
 
 def pack_q4(weight: torch.Tensor) -> torch.Tensor:
-    """``[out, in]`` float weights as the kernel's 4-bit rows: uint8 ``[out, in/2 + 4 * in/32]``.
+    """``[out, in]`` float weights as the kernel's 4-bit groups: uint8 ``[ceil(out/16), in/32 * 320]``.
 
     Each block of 32 inputs of a row gets ``w ≈ q * scale + low`` with ``q`` in 0..15, ``low`` the
     block's minimum and ``scale`` its range over 15, both float16 (the rounding is against the
-    stored float16 values). A row holds its packed nibbles, then its scales, then its lows
-    (``csrc/q4.cpp`` has the byte layout).
+    stored float16 values). Rows go in groups of 16, the last padded with zero rows, and a group's
+    blocks follow each other: 256 bytes of nibbles with the 16 rows interleaved four inputs at a
+    time, then the 16 rows' scales, then their lows (``csrc/q4.cpp`` has the byte layout).
 
     Raises:
         ValueError: ``in`` is not a multiple of 32.
@@ -135,27 +140,36 @@ def pack_q4(weight: torch.Tensor) -> torch.Tensor:
     out, inp = weight.shape
     if inp % Q4_BLOCK:
         raise ValueError(f"q4 needs in_features divisible by {Q4_BLOCK}, got {inp}")
-    w = weight.float().reshape(out, inp // Q4_BLOCK, Q4_BLOCK)
-    lo, hi = w.amin(dim=2), w.amax(dim=2)
+    nb, groups = inp // Q4_BLOCK, -(-out // Q4_GROUP)
+    w = torch.zeros(groups * Q4_GROUP, inp)
+    w[:out] = weight.float()
+    w = w.reshape(groups, Q4_GROUP, nb, Q4_BLOCK).transpose(1, 2)  # [group, block, row, input]
+    lo, hi = w.amin(dim=3), w.amax(dim=3)
     low = lo.to(torch.float16)
     scale = ((hi - low.float()) / 15.0).clamp(min=1e-8).to(torch.float16)
     q = torch.round((w - low.float()[..., None]) / scale.float()[..., None]).clamp(0, 15).to(torch.uint8)
-    nibbles = (q[..., :16] | (q[..., 16:] << 4)).reshape(out, inp // 2)
-    return torch.cat([nibbles, scale.view(torch.uint8), low.view(torch.uint8)], dim=1).contiguous()
+    # input 4c+t of row r -> byte 4r+t of chunk c (low nibble); input 16+4c+t -> its high nibble
+    q = q.reshape(groups, nb, Q4_GROUP, 2, 4, 4).permute(0, 1, 3, 4, 2, 5)  # [g, b, half, c, r, t]
+    nibbles = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(groups, nb, 256)
+    packed = torch.cat([nibbles, scale.view(torch.uint8), low.view(torch.uint8)], dim=2)
+    return packed.reshape(groups, nb * Q4_BLOCK_BYTES).contiguous()
 
 
 def q4_in_features(row_bytes: int) -> int:
-    """The input width whose packed rows are ``row_bytes`` long (``in/2 + 4 * in/32 = 5 * in/8``)."""
-    if row_bytes % 20:
-        raise ValueError(f"{row_bytes} bytes is no packed q4 row")
-    return row_bytes * 8 // 5
+    """The input width whose packed groups are ``row_bytes`` long (320 bytes per block of 32)."""
+    if row_bytes % Q4_BLOCK_BYTES:
+        raise ValueError(f"{row_bytes} bytes is no packed q4 group")
+    return row_bytes // Q4_BLOCK_BYTES * Q4_BLOCK
 
 
-def unpack_q4(packed: torch.Tensor, in_features: int) -> torch.Tensor:
-    """The float32 ``[out, in]`` weights that :func:`pack_q4`'s rows stand for."""
-    out, nb = packed.shape[0], in_features // Q4_BLOCK
-    nibbles = packed[:, : in_features // 2].reshape(out, nb, 16)
-    q = torch.cat([nibbles & 15, nibbles >> 4], dim=2).float()
-    scale = packed[:, in_features // 2 : in_features // 2 + 2 * nb].contiguous().view(torch.float16).float()
-    low = packed[:, in_features // 2 + 2 * nb :].contiguous().view(torch.float16).float()
-    return (q * scale[..., None] + low[..., None]).reshape(out, in_features)
+def unpack_q4(packed: torch.Tensor, in_features: int, out_features: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weights that :func:`pack_q4`'s groups stand for."""
+    groups, nb = packed.shape[0], in_features // Q4_BLOCK
+    blocks = packed.reshape(groups, nb, Q4_BLOCK_BYTES)
+    nibbles = blocks[..., :256].reshape(groups, nb, 4, Q4_GROUP, 4)  # [g, b, c, r, t]
+    q = torch.stack([nibbles & 15, nibbles >> 4], dim=2).permute(0, 1, 4, 2, 3, 5)  # [g, b, r, half, c, t]
+    q = q.reshape(groups, nb, Q4_GROUP, Q4_BLOCK).float()
+    scale = blocks[..., 256:288].contiguous().view(torch.float16).float()
+    low = blocks[..., 288:].contiguous().view(torch.float16).float()
+    w = q * scale[..., None] + low[..., None]  # [g, b, r, input]
+    return w.transpose(1, 2).reshape(groups * Q4_GROUP, in_features)[:out_features]

@@ -25,20 +25,20 @@ ops = native.ops()
 pytestmark = pytest.mark.skipif(ops is None, reason=f"kernels not built here: {native.unavailable_reason()}")
 
 
-def _emulated(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _emulated(x: torch.Tensor, packed: torch.Tensor, packed_rows: int, bias: torch.Tensor | None) -> torch.Tensor:
     """float64 ``x`` quantised to int8 per block of 32 (symmetric, round half to even) times the
     dequantised q4 rows."""
     m, k = x.shape
     blocks = x.double().reshape(m, k // 32, 32)
     step = blocks.abs().amax(dim=2, keepdim=True) / 127
     xq = (torch.round(blocks / torch.where(step > 0, step, 1.0)) * step).reshape(m, k)
-    y = xq @ native.unpack_q4(packed, k).double().T
+    y = xq @ native.unpack_q4(packed, k, packed_rows).double().T
     return y if bias is None else y + bias.double()
 
 
-# (rows, in, out): odd block counts (the AVX512 path's one-block tail), outputs not a multiple of
-# the 4-row tile, 1..9 activation rows (the 2-row tile and its remainder)
-SHAPES = [(1, 32, 5), (1, 96, 7), (2, 64, 4), (3, 160, 9), (5, 896, 68), (9, 288, 33), (1, 4864, 12)]
+# (rows, in, out): outputs below, at and past a group of 16 rows (and past the 8 of an AVX2
+# half), 1..9 activation rows (tiles of 4 and remainders of 1, 2, 3)
+SHAPES = [(1, 32, 5), (1, 96, 7), (2, 64, 4), (3, 160, 9), (5, 896, 68), (9, 288, 33), (1, 4864, 12), (6, 96, 32), (7, 64, 16)]
 
 
 @pytest.mark.parametrize("rows, inp, out", SHAPES)
@@ -49,9 +49,24 @@ def test_q4_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
     x[:, 3] *= 40  # an outlier channel spoils only its own block
     bias = torch.randn(out)
     packed = native.pack_q4(w)
-    got = ops.q4_linear(x, packed, bias)
-    torch.testing.assert_close(got.double(), _emulated(x, packed, bias), atol=2e-5 * (inp / 32) ** 0.5, rtol=1e-5)
-    torch.testing.assert_close(ops.q4_linear(x, packed, None).double(), _emulated(x, packed, None), atol=1e-4, rtol=1e-5)
+    got = ops.q4_linear(x, packed, out, bias)
+    torch.testing.assert_close(got.double(), _emulated(x, packed, out, bias), atol=2e-5 * (inp / 32) ** 0.5, rtol=1e-5)
+    torch.testing.assert_close(ops.q4_linear(x, packed, out, None).double(), _emulated(x, packed, out, None), atol=1e-4, rtol=1e-5)
+
+
+def test_q4_packs_16_rows_four_inputs_at_a_time():
+    """The byte layout that ``csrc/q4.cpp`` reads: byte 4r+t of chunk c holds row r's input 4c+t
+    (low nibble) and 16+4c+t (high), then 16 float16 scales, then 16 float16 lows."""
+    q = (torch.arange(16)[:, None] * 7 + torch.arange(32)[None, :] * 5) % 16
+    q[:, 0], q[:, 1] = 0, 15  # every row spans 0..15: scale 1, low 0
+    packed = native.pack_q4(q.float())
+    assert packed.shape == (1, 320) and packed.dtype == torch.uint8
+    for c in range(4):
+        for r in range(16):
+            for t in range(4):
+                assert int(packed[0, 64 * c + 4 * r + t]) == int(q[r, 4 * c + t]) | int(q[r, 16 + 4 * c + t]) << 4
+    assert packed[0, 256:288].view(torch.float16).tolist() == [1.0] * 16
+    assert packed[0, 288:].view(torch.float16).tolist() == [0.0] * 16
 
 
 def test_q4_weights_are_within_half_a_step_of_the_originals():
@@ -59,16 +74,18 @@ def test_q4_weights_are_within_half_a_step_of_the_originals():
     w = torch.randn(16, 128) * torch.linspace(0.01, 3, 16)[:, None]
     blocks = w.reshape(16, 4, 32)
     step = (blocks.amax(dim=2) - blocks.amin(dim=2)) / 15
-    err = (native.unpack_q4(native.pack_q4(w), 128) - w).reshape(16, 4, 32).abs()
+    err = (native.unpack_q4(native.pack_q4(w), 128, 16) - w).reshape(16, 4, 32).abs()
     assert bool((err <= step[..., None] * 0.5 + 1e-2 * step[..., None] + 1e-6).all())  # float16 scale rounding
 
 
 def test_q4_refuses_what_it_cannot_multiply():
     packed = native.pack_q4(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="multiple of 32"):
-        ops.q4_linear(torch.randn(1, 48), packed, None)
+        ops.q4_linear(torch.randn(1, 48), packed, 4, None)
     with pytest.raises(RuntimeError, match="uint8"):
-        ops.q4_linear(torch.randn(1, 32), packed, None)  # rows packed for 64 inputs
+        ops.q4_linear(torch.randn(1, 32), packed, 4, None)  # rows packed for 64 inputs
+    with pytest.raises(RuntimeError, match="uint8"):
+        ops.q4_linear(torch.randn(1, 64), packed, 17, None)  # 17 rows need two groups of 16
     with pytest.raises(ValueError, match="divisible by 32"):
         native.pack_q4(torch.randn(4, 40))
 
@@ -100,9 +117,9 @@ import json, sys, torch
 from pie_backend_torch import native
 ops = native.ops()
 torch.manual_seed(7)
-w = torch.randn(21, 96) / 10
-x = torch.randn(3, 96)
-print(json.dumps({"why": native.unavailable_reason(), "y": ops.q4_linear(x, native.pack_q4(w), None).tolist()}))
+w = torch.randn(37, 96) / 10
+x = torch.randn(5, 96)
+print(json.dumps({"why": native.unavailable_reason(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist()}))
 """
 
 
@@ -114,8 +131,8 @@ def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
     avx2 = json.loads(out.stdout.strip().splitlines()[-1])
     assert avx2["why"] is None
     torch.manual_seed(7)
-    w, x = torch.randn(21, 96) / 10, torch.randn(3, 96)
-    torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), None), atol=1e-5, rtol=1e-6)
+    w, x = torch.randn(37, 96) / 10, torch.randn(5, 96)  # 2 groups and 5 rows: both AVX2 halves, a 4-row tile and 1
+    torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), 37, None), atol=1e-5, rtol=1e-6)
 
 
 def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):

@@ -4,12 +4,15 @@
 // compiler was told the CPU has (AVX512-VNNI, AVX-VNNI, plain AVX2).
 //
 // Weight format (per linear, N outputs, K inputs, K % 32 == 0), made by native.pack_q4: one
-// uint8 tensor [N, K/2 + 4 * K/32], a row per output, so that the weights stream from memory in
-// one sequential pass. A row is
-//   K/2 bytes   block b is bytes 16b..16b+15; byte j holds the block's input j in its low
-//               nibble and input 16+j in its high nibble (q in 0..15)
-//   K/32 halfs  scale per block
-//   K/32 halfs  low per block: w = q * scale + low
+// uint8 tensor [ceil(N/16), K/32 * 320]. Output rows go in groups of 16 (the last one padded with
+// zero rows); a group is one sequential run of K/32 blocks of 32 inputs, 320 bytes a block:
+//   256 bytes   4 chunks of 64; byte 4r+t of chunk c (r: row of the group, t in 0..3) holds the
+//               row's input 4c+t in its low nibble and its input 16+4c+t in its high nibble
+//   16 halfs    scale of each row
+//   16 halfs    low of each row: w = q * scale + low, q in 0..15
+// A 32-bit lane of a vector is one output row: four activation bytes, broadcast, meet four
+// weights of 16 rows (8 on AVX2) in one unsigned-by-signed dot product (vpdpbusd), so the sums
+// need no horizontal reduction and the weights stream from memory once, front to back.
 // Activations are quantised per block of 32 inputs (symmetric, int8 in [-127, 127]), so an
 // outlier channel costs precision only to its own block.
 #include <ATen/ATen.h>
@@ -19,41 +22,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
 namespace {
 
 constexpr int64_t kBlock = 32;
-constexpr int64_t kPrefetchTiles = 8;
-
-inline float half_to_float(at::Half h) { return _cvtsh_ss(h.x); }
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Unsigned bytes times signed bytes, summed in fours into 8 int32 lanes.
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+constexpr int64_t kGroup = 16;
+constexpr int kBlockBytes = 320;
+constexpr int64_t kPrefetchBytes = 8 * kBlockBytes;  // the weights stream once per step: ask 8 blocks ahead
+#ifndef PIE_HINT
+#define PIE_HINT _MM_HINT_T0
 #endif
-}
-
-inline __m256i unpack_block(const uint8_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(raw, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-  return _mm256_set_m128i(hi, lo);
-}
 
 // One row of x: int8 values, per-block scale, and per-block scale * sum of the int8 values.
 void quantise_row(const float* x, int64_t K, int8_t* q, float* step, float* sum) {
@@ -84,134 +65,146 @@ void quantise_row(const float* x, int64_t K, int8_t* q, float* step, float* sum)
   }
 }
 
-// Per block of one x row and one weight row: scale * x step, and the low-times-sum terms summed.
-inline float block_scales(const at::Half* scale, const at::Half* low, const float* xstep, const float* xsum, int64_t nb, float* s) {
-  __m256 corr = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + b)));
-    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low + b)));
-    _mm256_storeu_ps(s + b, _mm256_mul_ps(d, _mm256_loadu_ps(xstep + b)));
-    corr = _mm256_fmadd_ps(m, _mm256_loadu_ps(xsum + b), corr);
-  }
-#if defined(__AVX512BW__) && defined(__AVX512VL__)
-  if (b < nb) {  // the last 1..7 blocks, masked
-    const __mmask8 k = static_cast<__mmask8>((1u << (nb - b)) - 1);
-    const __m256 d = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(k, scale + b));
-    const __m256 m = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(k, low + b));
-    _mm256_mask_storeu_ps(s + b, k, _mm256_mul_ps(d, _mm256_maskz_loadu_ps(k, xstep + b)));
-    corr = _mm256_fmadd_ps(m, _mm256_maskz_loadu_ps(k, xsum + b), corr);
-    b = nb;
-  }
-#endif
-  float total = hsum(corr);
-  for (; b < nb; ++b) {
-    s[b] = half_to_float(scale[b]) * xstep[b];
-    total += half_to_float(low[b]) * xsum[b];
-  }
-  return total;
+inline int32_t four_bytes(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
+// A block adds to row j's sum (for one x row): dot(q_j, x_int8) * scale_j * xstep + low_j * xstep * sum(x_int8).
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-// Two blocks (64 inputs) as unsigned bytes in input order: [lo0 hi0 lo1 hi1].
-inline __m512i unpack_two(const uint8_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+// Group `g` (K/32 blocks) against R rows of x: out[r * ldo + j] = row j's dot with x row r + bias[j],
+// for the `width` <= 16 rows the group holds.
+template <int R>
+void group_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const float* xsum,
+                float* out, int64_t ldo, int64_t width, const float* bias) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i mask = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kBlockBytes;
+    for (int i = 0; i < kBlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + i), PIE_HINT);
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(p + 64 * c);
+      lo[c] = _mm512_and_si512(v, mask);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+    }
+    const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 256)));
+    const __m512 low = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 288)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], _mm512_set1_epi32(four_bytes(xb)));
+      __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], _mm512_set1_epi32(four_bytes(xb + 16)));
+      for (int c = 1; c < 4; ++c) {
+        d0 = _mm512_dpbusd_epi32(d0, lo[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
+        d1 = _mm512_dpbusd_epi32(d1, hi[c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
+      }
+      const __m512 s = _mm512_mul_ps(scale, _mm512_set1_ps(xstep[r * nb + b]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), s, acc[r]);
+      acc[r] = _mm512_fmadd_ps(low, _mm512_set1_ps(xsum[r * nb + b]), acc[r]);
+    }
+  }
+  const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
+  const __m512 bv = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + r * ldo, k, _mm512_add_ps(acc[r], bv));
+}
+#else
+// The x block's 32 bytes against one half (8 rows) of a block's weights, as 8 int32 sums.
+inline __m256i dot_half(const __m256i* lo, const __m256i* hi, const int8_t* xb) {
+#if defined(__AVXVNNI__)
+  __m256i d0 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo[0], _mm256_set1_epi32(four_bytes(xb)));
+  __m256i d1 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), hi[0], _mm256_set1_epi32(four_bytes(xb + 16)));
+  for (int c = 1; c < 4; ++c) {
+    d0 = _mm256_dpbusd_avx_epi32(d0, lo[c], _mm256_set1_epi32(four_bytes(xb + 4 * c)));
+    d1 = _mm256_dpbusd_avx_epi32(d1, hi[c], _mm256_set1_epi32(four_bytes(xb + 16 + 4 * c)));
+  }
+  return _mm256_add_epi32(d0, d1);
+#else
+  // pairs of products summed to int16 (|q * x| <= 15 * 127, 16 of them stay below 2^15), then
+  // the pairs to int32
+  __m256i s = _mm256_maddubs_epi16(lo[0], _mm256_set1_epi32(four_bytes(xb)));
+  s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[0], _mm256_set1_epi32(four_bytes(xb + 16))));
+  for (int c = 1; c < 4; ++c) {
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(four_bytes(xb + 4 * c))));
+    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(four_bytes(xb + 16 + 4 * c))));
+  }
+  return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+#endif
+}
+
+// One half (rows 8h..8h+7) of group `g` against R rows of x; as the AVX512 group_tile otherwise.
+template <int R>
+void half_tile(const uint8_t* g, int h, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const float* xsum,
+               float* out, int64_t ldo, int64_t width, const float* bias) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(raw, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                            _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kBlockBytes;
+    if (h == 0)
+      for (int i = 0; i < kBlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + i), PIE_HINT);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c + 32 * h));
+      lo[c] = _mm256_and_si256(v, mask);
+      hi[c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+    }
+    const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 256 + 16 * h)));
+    const __m256 low = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 288 + 16 * h)));
+    for (int r = 0; r < R; ++r) {
+      const __m256i d = dot_half(lo, hi, xq + r * K + b * kBlock);
+      const __m256 s = _mm256_mul_ps(scale, _mm256_set1_ps(xstep[r * nb + b]));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[r]);
+      acc[r] = _mm256_fmadd_ps(low, _mm256_set1_ps(xsum[r * nb + b]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float row[8];
+    _mm256_store_ps(row, acc[r]);
+    for (int64_t j = 0; j < width; ++j) out[r * ldo + j] = row[j] + (bias ? bias[j] : 0.0f);
+  }
+}
+
+template <int R>
+void group_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const float* xsum,
+                float* out, int64_t ldo, int64_t width, const float* bias) {
+  half_tile<R>(g, 0, nb, xq, K, xstep, xsum, out, ldo, std::min<int64_t>(width, 8), bias);
+  if (width > 8) half_tile<R>(g, 1, nb, xq, K, xstep, xsum, out + 8, ldo, width - 8, bias ? bias + 8 : nullptr);
 }
 #endif
 
-// NR weight rows (consecutive, `stride` bytes apart) against R rows of x:
-// out[r * ldo + j] = dot(x row r, weight row n + j) + bias[j]. Independent accumulators per pair
-// keep the FMA chains apart; x is loaded once per block for all NR weight rows.
-template <int NR, int R>
-void dot_tile(const uint8_t* rows, int64_t stride, int64_t nb, const int8_t* xq, const float* xstep, const float* xsum, int64_t K, float* out, int64_t ldo,
-              const float* bias, float* s /* [NR * R, nb] scratch */) {
-  const int64_t K2 = K / 2;
-  float total[NR][R];
-  for (int j = 0; j < NR; ++j)
-    for (int r = 0; r < R; ++r)
-      total[j][r] = block_scales(reinterpret_cast<const at::Half*>(rows + j * stride + K2),
-                                 reinterpret_cast<const at::Half*>(rows + j * stride + K2) + nb, xstep + r * nb, xsum + r * nb, nb, s + (j * R + r) * nb);
-  int64_t b = 0;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  {
-    __m512 acc[NR][R];
-    for (int j = 0; j < NR; ++j)
-      for (int r = 0; r < R; ++r) acc[j][r] = _mm512_setzero_ps();
-    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (; b + 2 <= nb; b += 2) {
-      __m512i x[R];
-      for (int r = 0; r < R; ++r) x[r] = _mm512_loadu_si512(xq + r * K + b * kBlock);
-      for (int j = 0; j < NR; ++j) {
-        const __m512i w = unpack_two(rows + j * stride + b * 16);
-        for (int r = 0; r < R; ++r) {
-          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x[r]);
-          const float* sp = s + (j * R + r) * nb + b;
-          const __m512 sv = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sp)))));
-          acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, acc[j][r]);
-        }
+// Groups [g0, g1) against all M rows of x, 4 x rows at a time (the group's weights, unpacked
+// once per block, serve all 4).
+void group_range(const uint8_t* w, int64_t nb, const int8_t* xq, const float* xstep, const float* xsum,
+                 int64_t M, int64_t K, int64_t N, float* y, const float* bias, int64_t g0, int64_t g1) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* gp = w + g * nb * kBlockBytes;
+    const int64_t n = g * kGroup, width = std::min(kGroup, N - n);
+    const float* bg = bias ? bias + n : nullptr;
+    for (int64_t r = 0; r < M; r += 4) {
+      const int8_t* x = xq + r * K;
+      const float *st = xstep + r * nb, *su = xsum + r * nb;
+      float* o = y + r * N + n;
+      switch (std::min<int64_t>(4, M - r)) {
+        case 1: group_tile<1>(gp, nb, x, K, st, su, o, N, width, bg); break;
+        case 2: group_tile<2>(gp, nb, x, K, st, su, o, N, width, bg); break;
+        case 3: group_tile<3>(gp, nb, x, K, st, su, o, N, width, bg); break;
+        default: group_tile<4>(gp, nb, x, K, st, su, o, N, width, bg); break;
       }
     }
-    for (int j = 0; j < NR; ++j)
-      for (int r = 0; r < R; ++r) total[j][r] += _mm512_reduce_add_ps(acc[j][r]);
   }
-#endif
-  __m256 acc[NR][R];
-  for (int j = 0; j < NR; ++j)
-    for (int r = 0; r < R; ++r) acc[j][r] = _mm256_setzero_ps();
-  for (; b < nb; ++b) {
-    __m256i x[R];
-    for (int r = 0; r < R; ++r) x[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + b * kBlock));
-    for (int j = 0; j < NR; ++j) {
-      const __m256i w = unpack_block(rows + j * stride + b * 16);
-      for (int r = 0; r < R; ++r)
-        acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(w, x[r])), _mm256_broadcast_ss(s + (j * R + r) * nb + b), acc[j][r]);
-    }
-  }
-  for (int j = 0; j < NR; ++j)
-    for (int r = 0; r < R; ++r) out[r * ldo + j] = total[j][r] + hsum(acc[j][r]) + (bias ? bias[j] : 0.0f);
 }
 
-// Weight rows [n0, n1) against all M rows of x, in tiles of 4 weight rows by 2 x rows.
-void dot_range(const uint8_t* w, int64_t stride, int64_t nb, const int8_t* xq, const float* xstep, const float* xsum,
-               int64_t M, int64_t K, int64_t N, float* y, const float* bias, int64_t n0, int64_t n1) {
-  std::vector<float> scratch(8 * nb);
-  float* s = scratch.data();
-  auto bias_at = [&](int64_t n) { return bias ? bias + n : nullptr; };
-  int64_t n = n0;
-  const int64_t tile = 4 * stride;
-  const uint8_t* end = w + n1 * stride;
-  for (const uint8_t* p = w + n * stride; p < w + n * stride + kPrefetchTiles * tile && p < end; p += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  for (; n + 4 <= n1; n += 4) {
-    // the weights stream from memory once per step: ask for the tile kPrefetchTiles ahead now
-    const uint8_t* ahead = w + n * stride + kPrefetchTiles * tile;
-    for (const uint8_t* p = ahead; p < ahead + tile && p < end; p += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-    int64_t r = 0;
-    for (; r + 2 <= M; r += 2)
-      dot_tile<4, 2>(w + n * stride, stride, nb, xq + r * K, xstep + r * nb, xsum + r * nb, K, y + r * N + n, N, bias_at(n), s);
-    for (; r < M; ++r)
-      dot_tile<4, 1>(w + n * stride, stride, nb, xq + r * K, xstep + r * nb, xsum + r * nb, K, y + r * N + n, N, bias_at(n), s);
-  }
-  for (; n < n1; ++n)
-    for (int64_t r = 0; r < M; ++r)
-      dot_tile<1, 1>(w + n * stride, stride, nb, xq + r * K, xstep + r * nb, xsum + r * nb, K, y + r * N + n, N, bias_at(n), s);
-}
-
-int64_t row_bytes(int64_t K) { return K / 2 + 4 * (K / kBlock); }
-
-at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, const c10::optional<at::Tensor>& bias) {
+at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), "q4_linear: x must be a 2-D CPU tensor");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kBlock;
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock, groups = (N + kGroup - 1) / kGroup;
   TORCH_CHECK(K % kBlock == 0, "q4_linear: in_features must be a multiple of 32, got ", K);
-  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(1) == row_bytes(K),
-              "q4_linear: weights must be contiguous uint8 [N, ", row_bytes(K), "] for in_features ", K);
+  TORCH_CHECK(N > 0, "q4_linear: n must be positive, got ", N);
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(0) == groups && w.size(1) == nb * kBlockBytes,
+              "q4_linear: weights must be contiguous uint8 [", groups, ", ", nb * kBlockBytes, "] for in_features ", K,
+              " and out_features ", N, ", got ", w.sizes());
   at::Tensor b32;
   if (bias.has_value()) {
     b32 = bias->to(at::kFloat).contiguous();
@@ -232,9 +225,7 @@ at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, const c10::opt
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? b32.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-    dot_range(wp, row_bytes(K), nb, xqp, sp, up, M, K, N, yp, bp, n0, n1);
-  });
+  at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) { group_range(wp, nb, xqp, sp, up, M, K, N, yp, bp, g0, g1); });
   return y;
 }
 
@@ -335,7 +326,7 @@ at::Tensor w8a8_finish(const at::Tensor& acc, const at::Tensor& step, const at::
 }  // namespace
 
 TORCH_LIBRARY(pie_cpu, m) {
-  m.def("q4_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor");
+  m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
   m.def("w8a8_quantise(Tensor x, int count) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("w8a8_finish(Tensor acc, Tensor step, Tensor scale, Tensor wide, Tensor kept, Tensor? bias) -> Tensor");
 }
