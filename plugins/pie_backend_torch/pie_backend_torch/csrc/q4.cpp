@@ -241,9 +241,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> w8a8_quantise(const a
   count = std::min(count, K);
   TORCH_CHECK(count >= 0, "w8a8_quantise: count must be >= 0");
   const float* xp = x.data_ptr<float>();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
   std::vector<float> peak(K, 0.0f);
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t k = 0; k < K; ++k) peak[k] = std::max(peak[k], std::fabs(xp[r * K + k]));
+  const int64_t K8 = K / 8 * 8;
+  for (int64_t r = 0; r < M; ++r) {
+    const float* row = xp + r * K;
+    for (int64_t k = 0; k < K8; k += 8)
+      _mm256_storeu_ps(&peak[k], _mm256_max_ps(_mm256_loadu_ps(&peak[k]), _mm256_andnot_ps(sign, _mm256_loadu_ps(row + k))));
+    for (int64_t k = K8; k < K; ++k) peak[k] = std::max(peak[k], std::fabs(row[k]));
+  }
   std::vector<int64_t> order(K);
   for (int64_t k = 0; k < K; ++k) order[k] = k;
   std::nth_element(order.begin(), order.begin() + count, order.end(), [&](int64_t a, int64_t b) {
@@ -253,8 +259,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> w8a8_quantise(const a
   std::sort(order.begin(), order.end());
   at::Tensor outliers = at::empty({count}, x.options().dtype(at::kLong));
   std::copy(order.begin(), order.end(), outliers.data_ptr<int64_t>());
-  std::vector<uint8_t> is_outlier(K, 0);
-  for (int64_t k : order) is_outlier[k] = 1;
   at::Tensor wide = at::empty({M, count}, x.options());
   at::Tensor xq = at::empty({M, K}, x.options().dtype(at::kChar));
   at::Tensor step = at::empty({M, 1}, x.options());
@@ -262,15 +266,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> w8a8_quantise(const a
   int8_t* qp = xq.data_ptr<int8_t>();
   float* sp = step.data_ptr<float>();
   at::parallel_for(0, M, 4, [&](int64_t r0, int64_t r1) {
+    std::vector<float> kept(K);  // the row with its outlier channels set to 0
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = xp + r * K;
-      float amax = 0.0f;
-      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, is_outlier[k] ? 0.0f : std::fabs(row[k]));
+      std::copy(row, row + K, kept.begin());
+      for (int64_t j = 0; j < count; ++j) {
+        wp[r * count + j] = row[order[j]];
+        kept[order[j]] = 0.0f;
+      }
+      __m256 top = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K8; k += 8) top = _mm256_max_ps(top, _mm256_andnot_ps(sign, _mm256_loadu_ps(&kept[k])));
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, top);
+      float amax = *std::max_element(lanes, lanes + 8);
+      for (int64_t k = K8; k < K; ++k) amax = std::max(amax, std::fabs(kept[k]));
       const float d = std::max(amax, 1e-12f) / 127.0f;
       const float inv = 1.0f / d;
-      for (int64_t k = 0; k < K; ++k)
-        qp[r * K + k] = is_outlier[k] ? 0 : static_cast<int8_t>(std::nearbyint(row[k] * inv));
-      for (int64_t j = 0; j < count; ++j) wp[r * count + j] = row[order[j]];
+      const __m256 vinv = _mm256_set1_ps(inv);
+      int8_t* q = qp + r * K;
+      for (int64_t k = 0; k < K8; k += 8) {  // rounds half to even, as nearbyint does
+        const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(&kept[k]), vinv));
+        const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packs_epi16(p16, p16));
+      }
+      for (int64_t k = K8; k < K; ++k) q[k] = static_cast<int8_t>(std::nearbyint(kept[k] * inv));
       sp[r] = d;
     }
   });
