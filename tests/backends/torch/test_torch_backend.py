@@ -108,6 +108,7 @@ def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, kernel
     assert caps.dtype == dtype
     config = backend._config
     assert config is not None and (config.quant, config.quant_large) == (quant, quant_large)
+    assert config.quant_max_tokens == (64 if quant == "q4" else 8)  # decode batches of up to 64 stay on q4
     assert backend._model is not None
     qkv = backend._model.weights.layers[0].qkv
     assert isinstance(qkv, Int8Dynamic) if quant == "w8a8" else isinstance(qkv, ByBatchSize)
