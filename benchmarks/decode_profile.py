@@ -2,7 +2,7 @@
 
 The engine serves a batch-1 generation and 32 concurrent ones; the forward batches the backend
 received are recorded, and one pure decode batch of each size (every request one token) is
-replayed through ``pie_backend_forward`` with the engine idle: the median wall time of the step,
+replayed through ``pie_backend_forward`` on the backend's thread with the engine idle: the median wall time of the step,
 then one replay under ``torch.profiler``, its ops grouped into what they are for.
 
     python benchmarks/decode_profile.py                       # torch in its default CPU mode
@@ -66,16 +66,22 @@ def profile(engine: Engine, batch: ForwardBatch, repeats: int, rows: int) -> dic
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    hook = next(iter(engine.models.values())).pm.hook
-    for _ in range(3):
-        hook.pie_backend_forward(batch=batch)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        hook.pie_backend_forward(batch=batch)
-        times.append(time.perf_counter() - start)
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        hook.pie_backend_forward(batch=batch)
+    model = next(iter(engine.models.values()))
+
+    def replay() -> tuple[list[float], Any]:
+        for _ in range(3):
+            model.pm.hook.pie_backend_forward(batch=batch)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model.pm.hook.pie_backend_forward(batch=batch)
+            times.append(time.perf_counter() - start)
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            model.pm.hook.pie_backend_forward(batch=batch)
+        return times, prof
+
+    # on the backend's own thread, where the engine runs every batch (batcher.backend_thread)
+    times, prof = model.batcher.executor.submit(replay).result()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     groups: dict[str, float] = {}

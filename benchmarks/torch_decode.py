@@ -11,9 +11,10 @@ alternately, phase by phase, so that other load on the machine weighs on all ali
 
 Sides (each optional): ``torch`` (the torch backend, ``--dtype``/``--quant``), ``cpu`` (the NumPy
 backend), ``transformers bf16`` and ``transformers fp32`` (``from_pretrained(gguf_file=..., dtype=...)``,
-left-padded ``generate``; ``--transformers-dtypes``), ``llama.cpp`` (``llama-cpp-python`` on the same GGUF, 2 threads, in a child process;
+left-padded ``generate``; ``--transformers-dtypes``), ``llama.cpp`` (``llama-cpp-python`` on the same GGUF, 2 threads;
 skipped with a note when the package is not installed: it batches one sequence per context, so
-only batch 1).
+only batch 1). transformers and llama.cpp each run in a child process of their own
+(:class:`ChildSide` says why); the engines share this one, each on its own backend thread.
 
 Measured: batch-1 decode tok/s (first to last new token, median of ``--repeats``) and end-to-end
 tok/s; batch-N total tok/s (all new tokens over the wall time, prefill included) and decode-only
@@ -68,13 +69,14 @@ class EngineSide:
 class HFSide:
     """transformers in ``dtype`` on the same GGUF, greedy ``generate`` of exactly n tokens."""
 
-    def __init__(self, dtype: str) -> None:
+    def __init__(self, dtype: str, threads: int) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
+        torch.set_num_threads(threads)
         path = resolve_model(None).path
         short = {"bfloat16": "bf16", "float32": "fp32"}[dtype]
-        self.name, self.detail = f"transformers {short}", f"transformers {short}, {torch.get_num_threads()} threads"
+        self.name, self.detail = f"transformers {short}", f"transformers {short}, {threads} threads, own process"
         self.torch = torch
         self.model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype))
         self.model.eval()
@@ -108,63 +110,84 @@ class HFSide:
         tokens = self._generate(prompt_ids, n)
         return time.perf_counter() - start, tokens.tolist()
 
-    def close(self) -> None:
-        del self.model
 
+class LlamaCppSide:
+    """llama-cpp-python on the same GGUF (its own Q4_K_M kernels), greedy, one sequence."""
 
-def _llama_worker(conn: Any, path: str, threads: int) -> None:
-    """Child process of :class:`LlamaCppSide`: load once, then answer (prompt ids, n) requests."""
-    from llama_cpp import Llama
+    batch = None  # one sequence per context: no batch-N column
 
-    llm = Llama(model_path=path, n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
-    conn.send("ready")
-    while (job := conn.recv()) is not None:
-        prompt_ids, n = job
-        llm.reset()
+    def __init__(self, threads: int) -> None:
+        from llama_cpp import Llama
+
+        self.name, self.detail = "llama.cpp", f"llama-cpp-python, {threads} threads, own process"
+        self.llm = Llama(model_path=str(resolve_model(None).path), n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
+
+    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
+        self.llm.reset()
         start = time.perf_counter()
         tokens: list[int] = []
         stamps: list[float] = []
-        for tok in llm.generate(prompt_ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
             tokens.append(int(tok))
             stamps.append(time.perf_counter())
             if len(tokens) == n:
                 break
-        conn.send((tokens, start, stamps))
-
-
-class LlamaCppSide:
-    """llama-cpp-python on the same GGUF (its own Q4_K_M kernels), greedy, one sequence.
-
-    It runs in a child process: llama.cpp and torch bring their own OpenMP runtimes, and in one
-    process the threads one leaves spinning slow the other down (llama.cpp measured ~17 tok/s
-    in-process against ~30 tok/s alone on the same machine and minute).
-    """
-
-    def __init__(self, threads: int) -> None:
-        import importlib.util
-        import multiprocessing
-
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise ImportError("llama_cpp", name="llama_cpp")
-        path = resolve_model(None).path
-        self.name, self.detail = "llama.cpp", f"llama-cpp-python, {threads} threads, own process"
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_llama_worker, args=(child, str(path), threads), daemon=True)
-        self.proc.start()
-        if self.conn.recv() != "ready":
-            raise RuntimeError("llama.cpp worker did not start")
-
-    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
-        self.conn.send((prompt_ids, n))
-        tokens, start, stamps = self.conn.recv()
         return Run(prompt_ids, tokens, start, stamps)
 
-    batch = None  # one sequence per context: no batch-N column
+
+_CHILD_SIDES = {"transformers": HFSide, "llama.cpp": LlamaCppSide}
+
+
+def _side_worker(conn: Any, kind: str, args: tuple[Any, ...]) -> None:
+    """Child process of :class:`ChildSide`: build the side, then answer (method, args) calls."""
+    try:
+        side = _CHILD_SIDES[kind](*args)
+    except ImportError as exc:
+        conn.send(("missing", exc.name or str(exc)))
+        return
+    conn.send(("ready", side.name, side.detail, side.batch is not None))
+    while (job := conn.recv()) is not None:
+        method, call_args = job
+        conn.send(getattr(side, method)(*call_args))
+
+
+class ChildSide:
+    """A side (transformers, llama.cpp) in a child process of its own.
+
+    Every torch or llama.cpp side brings an OpenMP team of worker threads. In one process, teams
+    of several sides add up to more workers than cores, and libgomp then puts idle workers to
+    sleep at once, so every parallel region of every side pays a wake-up (measured: a 0.5 MB q4
+    product 13 µs alone, 87 µs with a second team alive; llama.cpp ~17 tok/s in-process against
+    ~30 tok/s alone). Each side alone in its process measures what it does alone.
+    """
+
+    def __init__(self, kind: str, *args: Any) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_side_worker, args=(child, kind, args), daemon=True)
+        self.proc.start()
+        reply = self.conn.recv()
+        if reply[0] == "missing":
+            self.proc.join(timeout=10)
+            raise ImportError(reply[1], name=reply[1])
+        _, self.name, self.detail, batched = reply
+        self.batch = self._batch if batched else None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.conn.send((method, args))
+        return self.conn.recv()
+
+    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
+        return self._call("batch1", prompt, prompt_ids, n)
+
+    def _batch(self, prompts: list[str], prompt_ids: list[list[int]], n: int) -> tuple[float, list[list[int]]]:
+        return self._call("batch", prompts, prompt_ids, n)
 
     def close(self) -> None:
         self.conn.send(None)
-        self.proc.join(timeout=10)
+        self.proc.join(timeout=30)
 
 
 def _try(make: Callable[[], Any], why: dict[str, str], name: str) -> Any:
@@ -227,13 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for hf_dtype in args.transformers_dtypes.split(","):
             log(f"loading transformers {hf_dtype}")
-            side = _try(lambda: HFSide(hf_dtype), skipped, f"transformers {hf_dtype}")
+            side = _try(lambda: ChildSide("transformers", hf_dtype, args.threads), skipped, f"transformers {hf_dtype}")
             if side is not None:
                 sides.append(side)
     if args.skip_llama_cpp:
         skipped["llama.cpp"] = "--skip-llama-cpp"
     else:
-        side = _try(lambda: LlamaCppSide(args.threads), skipped, "llama.cpp")
+        side = _try(lambda: ChildSide("llama.cpp", args.threads), skipped, "llama.cpp")
         if side is not None:
             sides.append(side)
 
