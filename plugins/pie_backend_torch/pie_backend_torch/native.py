@@ -128,11 +128,14 @@ def unavailable_reason() -> str | None:
 def pack_q4(weight: torch.Tensor) -> torch.Tensor:
     """``[out, in]`` float weights as the kernel's 4-bit groups: uint8 ``[ceil(out/16), in/32 * 320]``.
 
-    Each block of 32 inputs of a row gets ``w ≈ q * scale + low`` with ``q`` in 0..15, ``low`` the
-    block's minimum and ``scale`` its range over 15, both float16 (the rounding is against the
-    stored float16 values). Rows go in groups of 16, the last padded with zero rows, and a group's
-    blocks follow each other: 256 bytes of nibbles with the 16 rows interleaved four inputs at a
-    time, then the 16 rows' scales, then their lows (``csrc/q4.cpp`` has the byte layout).
+    Each block of 32 inputs of a row gets ``w ≈ q * scale + low`` with ``q`` in 0..15 and ``low``
+    the block's minimum, both float16 (the rounding is against the stored float16 values). The
+    ``scale`` is the spacing of the block's values where they sit on at most 16 evenly spaced
+    levels (weights dequantised from a 4-bit GGUF block such as Q4_K's: they are then kept exactly,
+    but for float16 rounding), else the block's range over 15. Rows go in groups of 16, the last
+    padded with zero rows, and a group's blocks follow each other: 256 bytes of nibbles with the 16
+    rows interleaved four inputs at a time, then the 16 rows' scales, then their lows
+    (``csrc/q4.cpp`` has the byte layout).
 
     Raises:
         ValueError: ``in`` is not a multiple of 32.
@@ -140,19 +143,44 @@ def pack_q4(weight: torch.Tensor) -> torch.Tensor:
     out, inp = weight.shape
     if inp % Q4_BLOCK:
         raise ValueError(f"q4 needs in_features divisible by {Q4_BLOCK}, got {inp}")
-    nb, groups = inp // Q4_BLOCK, -(-out // Q4_GROUP)
+    step = _PACK_ROWS // Q4_GROUP  # groups at a time: the sort of the step search is not done in place
+    groups = -(-out // Q4_GROUP)
+    return torch.cat([_pack_groups(weight[g * Q4_GROUP : (g + step) * Q4_GROUP], inp) for g in range(0, groups, step)])
+
+
+_PACK_ROWS = 4096
+
+
+def _pack_groups(weight: torch.Tensor, inp: int) -> torch.Tensor:
+    rows = weight.shape[0]
+    nb, groups = inp // Q4_BLOCK, -(-rows // Q4_GROUP)
     w = torch.zeros(groups * Q4_GROUP, inp)
-    w[:out] = weight.float()
+    w[:rows] = weight.float()
     w = w.reshape(groups, Q4_GROUP, nb, Q4_BLOCK).transpose(1, 2)  # [group, block, row, input]
-    lo, hi = w.amin(dim=3), w.amax(dim=3)
+    lo = w.amin(dim=3)
     low = lo.to(torch.float16)
-    scale = ((hi - low.float()) / 15.0).clamp(min=1e-8).to(torch.float16)
+    scale = _steps(w, lo).clamp(min=1e-8).to(torch.float16)
     q = torch.round((w - low.float()[..., None]) / scale.float()[..., None]).clamp(0, 15).to(torch.uint8)
     # input 4c+t of row r -> byte 4r+t of chunk c (low nibble); input 16+4c+t -> its high nibble
     q = q.reshape(groups, nb, Q4_GROUP, 2, 4, 4).permute(0, 1, 3, 4, 2, 5)  # [g, b, half, c, r, t]
     nibbles = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(groups, nb, 256)
     packed = torch.cat([nibbles, scale.view(torch.uint8), low.view(torch.uint8)], dim=2)
     return packed.reshape(groups, nb * Q4_BLOCK_BYTES).contiguous()
+
+
+def _steps(w: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """Per block (last dim of ``w``): the smallest gap between its values where every value is
+    ``lo + q * gap`` with ``q`` in 0..15 (to float32 noise), else its range over 15."""
+    plain = (w.amax(dim=-1) - lo) / 15.0
+    ordered = w.sort(dim=-1).values
+    gaps = ordered[..., 1:] - ordered[..., :-1]
+    gaps = torch.where(gaps > 1e-3 * plain[..., None], gaps, torch.inf)  # equal values, rounding noise
+    gap = gaps.amin(dim=-1)
+    gap = torch.where(torch.isfinite(gap), gap, plain)
+    q = torch.round((w - lo[..., None]) / gap[..., None])
+    off = (w - lo[..., None] - q * gap[..., None]).abs().amax(dim=-1)
+    fits = (q.amax(dim=-1) <= 15) & (off <= 1e-3 * gap)
+    return torch.where(fits, gap, plain)
 
 
 def q4_in_features(row_bytes: int) -> int:

@@ -78,6 +78,24 @@ def test_q4_weights_are_within_half_a_step_of_the_originals():
     assert bool((err <= step[..., None] * 0.5 + 1e-2 * step[..., None] + 1e-6).all())  # float16 scale rounding
 
 
+def test_q4_keeps_weights_from_a_4_bit_block_exactly():
+    """Weights dequantised from a 4-bit GGUF block (``lo + q * d``, here using only the levels
+    2..13) are kept up to float16 rounding of d and lo, not re-rounded to the block's range / 15."""
+    torch.manual_seed(3)
+    d = torch.rand(40, 4, 1) * 0.01 + 0.001  # one step per block of 32
+    q = torch.randint(2, 14, (40, 4, 32)).float()
+    q[..., 0], q[..., 1] = 2, 13
+    w = (q * d - 0.03).reshape(40, 128)
+    err = (native.unpack_q4(native.pack_q4(w), 128, 40) - w).reshape(40, 4, 32).abs()
+    assert bool((err <= 0.02 * d).all()), float((err / d).max())  # min/max rounding would be up to 0.37 d
+    other = torch.randn(40, 128)  # values on no lattice: the block's range over 15, as before
+    other[0, :32] = torch.tensor([0.0, 1.0, 2.3, 3.0]).repeat(8)  # few values, unevenly spaced
+    blocks = other.reshape(40, 4, 32)
+    step = (blocks.amax(dim=2) - blocks.amin(dim=2)) / 15
+    err = (native.unpack_q4(native.pack_q4(other), 128, 40) - other).reshape(40, 4, 32).abs()
+    assert bool((err <= step[..., None] * 0.51 + 1e-6).all())
+
+
 def test_q4_refuses_what_it_cannot_multiply():
     packed = native.pack_q4(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="multiple of 32"):
