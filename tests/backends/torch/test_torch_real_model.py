@@ -1,8 +1,9 @@
 """The torch backend on the real default model (Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF).
 
 fp32 mode generates exactly the cpu backend's 64 greedy tokens; bf16 logits match transformers
-(fp32, same GGUF) within bf16 rounding; and the default CPU mode (bf16, with weight-only int4 for
-decode steps) decodes tokens that transformers, teacher-forced on them, ranks at or near the top. Each torch engine is loaded once per module; the cpu engine and transformers are
+(fp32, same GGUF) within bf16 rounding; and the default CPU mode (q4 for batches of up to 64
+tokens, w8a8 above) keeps a long prompt's logits within w8a8's bounds and a short one's within
+q4's, and decodes tokens that transformers, teacher-forced on them, ranks at or near the top. Each torch engine is loaded once per module; the cpu engine and transformers are
 the shared fixtures of tests/integration/conftest.py.
 """
 
@@ -23,6 +24,11 @@ pytestmark = pytest.mark.model
 
 SYSTEM = "You are a concise assistant that answers questions about programming."
 USER = "Write a Python function that checks whether a number is prime."
+LONG_USER = (  # 96 tokens with the chat format: more than q4's 64, so its prefill runs w8a8
+    "Write a Python function that checks whether a number is prime. It should take one integer, return a bool, "
+    "handle negative numbers, zero and one, use trial division up to the square root, skip even divisors after two, "
+    "and come with a docstring, type hints and three doctest examples that show a prime, a composite and an edge case."
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +40,8 @@ def auto_engine():
     asyncio.run(engine.close())
 
 
-def _prompt(ctx: Context) -> list[int]:
-    ctx.system(SYSTEM).user(USER).cue()
+def _prompt(ctx: Context, user: str = USER) -> list[int]:
+    ctx.system(SYSTEM).user(user).cue()
     return ctx.buffer()
 
 
@@ -47,10 +53,10 @@ async def _greedy(_) -> tuple[list[int], list[int]]:
         return ids, await g.collect_tokens()
 
 
-async def _prompt_logits(_) -> tuple[list[int], list[list[float]]]:
+async def _prompt_logits(user: str) -> tuple[list[int], list[list[float]]]:
     model = Model.load(runtime.models()[0])
     with Context(model) as ctx:
-        ids = _prompt(ctx)
+        ids = _prompt(ctx, user)
         fwd = ctx.forward()
         fwd.input(ids)
         handles = [fwd.probe(i, Logits()) for i in range(len(ids))]
@@ -85,30 +91,44 @@ def test_fp32_greedy_64_tokens_equal_the_cpu_backend(cpu_engine):
     assert ours == ref, f"greedy tokens diverge at step {first}: torch {ours[first:first + 5]}, cpu {ref[first:first + 5]}"
 
 
-def test_default_cpu_mode_prompt_logits_match_transformers(auto_engine, hf_model):
-    """The auto mode: bf16 with int4/w8a8 on a bf16 CPU, float32 activations with w8a8 on others."""
-    want = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
-    assert next(iter(auto_engine.models.values())).caps.dtype == want
-    ids, rows = _run(auto_engine, _prompt_logits)
+def _against_transformers(engine: Engine, hf_model, user: str) -> tuple[int, float, np.ndarray, float]:
+    """Prompt length, worst logit error over the row's peak, per-row KL(transformers || ours), top-1 agreement."""
+    ids, rows = _run(engine, lambda _: _prompt_logits(user))
     ours = np.asarray(rows, dtype=np.float32)
     ref = _hf_logits(hf_model, ids)[:, : ours.shape[1]]
-    # bf16 keeps 8 mantissa bits (~0.4% per rounding); fbgemm's 7-bit activation steps (the
-    # float32 mode) move single logits more, so there the distribution bounds below are the gate.
-    # The prompt's prefill runs w8a8 in both modes; since w8a8 takes a fixed 8 outlier channels
-    # out (774e2aa) the worst single logit on an AVX512-BF16 Xeon is 0.057 of the row's peak
-    # (2026-11-24; mean KL 0.0038, top-1 0.92). Since the q4 and w8a8 layers take and return
-    # float32 activations (issue 21) instead of rounding both ends to bf16, the worst is 0.066
-    # (2026-11-25), so the bf16-cache bound is 0.075.
-    err = np.abs(ours - ref).max(axis=1)
-    scale = np.abs(ref).max(axis=1)
-    bound = 0.075 if want == "bfloat16" else 0.15
-    assert np.all(err <= bound * scale), f"max |Δ|/max|logit| = {float((err / scale).max()):.3f}"
+    worst = float((np.abs(ours - ref).max(axis=1) / np.abs(ref).max(axis=1)).max())
     logp = lambda x: x - np.logaddexp.reduce(x, axis=1, keepdims=True)  # noqa: E731
     p = np.exp(logp(ref))
     kl = (p * (logp(ref) - logp(ours))).sum(axis=1)
-    kl_bound = 5e-3 if want == "bfloat16" else 2e-2  # float32 + w8a8 measured 0.0125 on this prompt
+    return len(ids), worst, kl, float(np.mean(ours.argmax(1) == ref.argmax(1)))
+
+
+def test_default_cpu_mode_long_prompt_logits_match_transformers(auto_engine, hf_model):
+    """A prompt of more than 64 tokens prefills on w8a8 (bf16 cache on a bf16 CPU, float32 on others)."""
+    want = "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    assert next(iter(auto_engine.models.values())).caps.dtype == want
+    n, worst, kl, top1 = _against_transformers(auto_engine, hf_model, LONG_USER)
+    assert n > 64
+    # bf16 keeps 8 mantissa bits (~0.4% per rounding); fbgemm's 7-bit activation steps (the
+    # float32 mode) move single logits more, so there the distribution bounds below are the gate.
+    # w8a8 takes a fixed 8 outlier channels out and runs on float32 activations: on an
+    # AVX512-BF16 Xeon this prompt's worst single logit is 0.066 of the row's peak, mean KL
+    # 0.0035, top-1 0.97 (2026-11-25).
+    assert worst <= (0.075 if want == "bfloat16" else 0.15), f"max |Δ|/max|logit| = {worst:.3f}"
+    kl_bound = 5e-3 if want == "bfloat16" else 2e-2  # float32 + w8a8 measured 0.0125 on a shorter prompt
     assert kl.mean() < kl_bound, f"mean KL(transformers || torch auto) = {kl.mean():.4f}"
-    assert np.mean(ours.argmax(1) == ref.argmax(1)) >= 0.9
+    assert top1 >= 0.9
+
+
+def test_default_cpu_mode_short_prompt_stays_within_q4_accuracy(auto_engine, hf_model):
+    """A prompt of up to 64 tokens prefills on q4, as decode steps run: its logits carry q4's
+    rounding of this GGUF's 5- and 8-bit tensors to 4 bits (docs/performance.md, issue 21)."""
+    n, _, kl, top1 = _against_transformers(auto_engine, hf_model, USER)
+    assert n <= 64
+    # measured on an AVX512-BF16 Xeon (2026-11-25): mean KL 0.057, max 0.24, top-1 0.89; with
+    # w8a8 weights in the body instead (a diagnostic run) the mean is 0.019, with them in the head 0.044
+    assert kl.mean() < 0.08, f"mean KL(transformers || torch q4) = {kl.mean():.4f}"
+    assert kl.max() < 0.4 and top1 >= 0.8, (kl.max(), top1)
 
 
 def test_default_cpu_mode_decodes_tokens_transformers_ranks_at_the_top(auto_engine, hf_model):
