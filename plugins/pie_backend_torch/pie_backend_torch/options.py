@@ -13,7 +13,7 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   kernels on others; it takes any ``dtype``, the weight-only kinds need bfloat16.
 - ``quant_max_tokens``: batches with more input tokens than this run the ``quant_large`` layers
   instead (the int8/int4 weight-only kernels are made for matrix-vector work). Default 8, and 64
-  for q4 (decode batches of up to 64 requests stay on q4, prefill goes to w8a8). ``0`` keeps the
+  for q4 on a CPU with VNNI (decode batches of up to 64 requests stay on q4, prefill goes to w8a8). ``0`` keeps the
   ``quant`` layers for every batch, as does ``quant_large`` equal to ``quant``.
 - ``quant_large``: ``"none"`` (dense weights in ``dtype``) or ``"w8a8"``: the layers of batches
   over ``quant_max_tokens``. ``"auto"`` (the default) is w8a8 when ``quant`` was left to auto,
@@ -55,9 +55,10 @@ QUANT_KINDS = ("none", "int8", "int4", "w8a8", "q4")
 LARGE_KINDS = ("none", "w8a8")
 DEFAULT_QUANT_MAX_TOKENS = 8
 Q4_MAX_TOKENS = 64
-"""q4's default ``quant_max_tokens``: its kernel keeps pace with w8a8's int8 GEMM up to ~64 rows
-with the weights in cache and reads 0.6 bytes a weight to w8a8's 1 when they are not (a 32-request
-decode step of the default model: 92 ms on q4, 122 ms on w8a8); above that, w8a8 is faster."""
+"""q4's default ``quant_max_tokens`` on a CPU with VNNI: its kernel keeps pace with w8a8's int8
+GEMM up to ~64 rows with the weights in cache and reads 0.6 bytes a weight to w8a8's 1 when they
+are not (a 32-request decode step of the default model: 90 ms on q4, 122 ms on w8a8); above that,
+w8a8 is faster. The plain AVX2 path keeps the general default (not measured on an AVX2-only CPU)."""
 _KNOWN_EXTRA = {"quant", "quant_large", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
 
 
@@ -112,6 +113,12 @@ def _auto_quant(dtype_name: str, device: torch.device, dtype: torch.dtype) -> st
     if native.ops() is not None:
         return "q4"
     return "int4" if dtype == torch.bfloat16 else "w8a8"
+
+
+def _q4_max_tokens() -> int:
+    from pie_backend_torch import native
+
+    return DEFAULT_QUANT_MAX_TOKENS if native.require_q4().isa() == "avx2" else Q4_MAX_TOKENS
 
 
 def _dtype(name: str, device: torch.device) -> torch.dtype:
@@ -169,7 +176,7 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         raise ValueError(f"unsupported quant_large {quant_large!r}; expected one of {', '.join(LARGE_KINDS)} or 'auto'")
     if quant_large != "none" and quant == "none":
         raise ValueError("quant_large applies to batches over quant_max_tokens when quant is not 'none'; set quant too")
-    quant_max = int(extra.get("quant_max_tokens", Q4_MAX_TOKENS if quant == "q4" else DEFAULT_QUANT_MAX_TOKENS))
+    quant_max = int(extra.get("quant_max_tokens", _q4_max_tokens() if quant == "q4" else DEFAULT_QUANT_MAX_TOKENS))
     if quant_max < 0:
         raise ValueError(f"quant_max_tokens must be >= 0, got {quant_max}")
     kernels = str(extra.get("kernels", "triton" if device.type == "cuda" else "torch"))

@@ -137,7 +137,7 @@ ops = native.ops()
 torch.manual_seed(7)
 w = torch.randn(37, 96) / 10
 x = torch.randn(5, 96)
-print(json.dumps({"why": native.unavailable_reason(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist()}))
+print(json.dumps({"why": native.unavailable_reason(), "isa": ops.isa(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist()}))
 """
 
 
@@ -147,7 +147,7 @@ def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     avx2 = json.loads(out.stdout.strip().splitlines()[-1])
-    assert avx2["why"] is None
+    assert avx2["why"] is None and avx2["isa"] == "avx2"
     torch.manual_seed(7)
     w, x = torch.randn(37, 96) / 10, torch.randn(5, 96)  # 2 groups and 5 rows: both AVX2 halves, a 4-row tile and 1
     torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), 37, None), atol=1e-5, rtol=1e-6)

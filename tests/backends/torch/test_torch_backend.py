@@ -108,10 +108,25 @@ def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, kernel
     assert caps.dtype == dtype
     config = backend._config
     assert config is not None and (config.quant, config.quant_large) == (quant, quant_large)
-    assert config.quant_max_tokens == (64 if quant == "q4" else 8)  # decode batches of up to 64 stay on q4
+    q4_rows = 8 if kernels and native.ops().isa() == "avx2" else 64
+    assert config.quant_max_tokens == (q4_rows if quant == "q4" else 8)  # decode batches of up to 64 stay on q4
     assert backend._model is not None
     qkv = backend._model.weights.layers[0].qkv
     assert isinstance(qkv, Int8Dynamic) if quant == "w8a8" else isinstance(qkv, ByBatchSize)
+
+
+def test_q4_keeps_64_token_batches_only_where_the_kernels_have_vnni(monkeypatch):
+    """The plain AVX2 path (``PIE_TORCH_MARCH=x86-64-v3``, or a CPU without VNNI) keeps the general
+    8: its batch-32 speed against fbgemm's w8a8 is not measured on an AVX2-only CPU."""
+    from pie_backend_torch import native
+
+    if native.ops() is None:
+        pytest.skip(f"kernels not built here: {native.unavailable_reason()}")
+    for isa, rows in (("avx512-vnni", 64), ("avx-vnni", 64), ("avx2", 8)):
+        build = type("Build", (), {"isa": staticmethod(lambda isa=isa: isa)})()
+        monkeypatch.setattr(native, "ops", lambda build=build: build)
+        assert resolve_options(BackendOptions(dtype="float32", extra={"quant": "q4"})).quant_max_tokens == rows
+        assert resolve_options(BackendOptions(dtype="float32", extra={"quant": "q4", "quant_max_tokens": 5})).quant_max_tokens == 5
 
 
 def test_w8a8_takes_float32_activations_and_weight_only_kinds_do_not():

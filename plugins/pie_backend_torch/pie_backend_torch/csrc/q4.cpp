@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -342,13 +343,27 @@ at::Tensor w8a8_finish(const at::Tensor& acc, const at::Tensor& step, const at::
   return y;
 }
 
+// Which vector path this build runs (what the compiler was told the CPU has).
+std::string isa() {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  return "avx512-vnni";
+#elif defined(__AVXVNNI__)
+  return "avx-vnni";
+#else
+  return "avx2";
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY(pie_cpu, m) {
+  m.def("isa() -> str");
   m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
   m.def("w8a8_quantise(Tensor x, int count) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("w8a8_finish(Tensor acc, Tensor step, Tensor scale, Tensor wide, Tensor kept, Tensor? bias) -> Tensor");
 }
+
+TORCH_LIBRARY_IMPL(pie_cpu, CatchAll, m) { m.impl("isa", &isa); }
 
 TORCH_LIBRARY_IMPL(pie_cpu, CPU, m) {
   m.impl("q4_linear", &q4_linear);
