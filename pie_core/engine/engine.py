@@ -132,11 +132,10 @@ class Engine:
                 weights=source.weights(progress=progress),
                 options=dataclasses.replace(self.options, weights_key=source.cache_key),
             ).result()
-        except ValueError as exc:  # the hook's documented refusal: an option or a weight it cannot take
-            thread.shutdown()
-            raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
-        except BaseException:
-            thread.shutdown()
+        except BaseException as exc:
+            thread.shutdown(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for
+            if isinstance(exc, ValueError):  # the hook's documented refusal: an option or a weight it cannot take
+                raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
             raise
         pool = PagePool(caps.num_pages, caps.page_size)
         host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
