@@ -15,8 +15,8 @@ from pie_core.engine.engine import Engine
 from pie_core.errors import InvalidInput
 from pie_core.hookspec import BackendOptions
 from pie_core.host import context as host_context
-from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.host.inference import forward
+from pie_core.runtime.instance import run_main
 from pie_core.values import SampleSpec
 
 
@@ -38,18 +38,14 @@ def test_the_load_and_every_batch_run_on_the_same_backend_thread(monkeypatch):
     engine = Engine("dummy", options=BackendOptions(page_size=4, kv_pages=16))
     model = engine.load(None)
 
-    async def main() -> None:
-        token = bind(HostInstance(engine=engine, emit=lambda event: None))
-        try:
-            ctx = host_context.create(model.name)
-            await forward(ctx, [1, 2, 3], samples=[SampleSpec(index=2)])
-            await forward(ctx, [4], samples=[SampleSpec(index=0)])
-            ctx.release()
-        finally:
-            unbind(token)
+    async def main(_) -> None:
+        ctx = host_context.create(model.name)
+        await forward(ctx, [1, 2, 3], samples=[SampleSpec(index=2)])
+        await forward(ctx, [4], samples=[SampleSpec(index=0)])
+        ctx.release()
 
     try:
-        asyncio.run(main())
+        assert asyncio.run(run_main(engine, main, {}, lambda event: None)).kind == "return"
     finally:
         asyncio.run(engine.close())
     assert engine.pools_whole()

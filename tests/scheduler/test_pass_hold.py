@@ -14,8 +14,8 @@ import pytest
 from pie_core.engine.engine import Engine
 from pie_core.hookspec import BackendOptions
 from pie_core.host import context as host_context
-from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.host.inference import forward
+from pie_core.runtime.instance import run_main
 from pie_core.values import SampleSpec
 
 PS = 4
@@ -37,27 +37,25 @@ def _run(lead: int, drafts: list[int], chunk: int | None = None) -> dict:
         model.caps = dataclasses.replace(model.caps, max_batch_tokens=chunk)
     vocab = model.spec.vocab_size
 
-    async def main() -> dict:
-        token = bind(HostInstance(engine=engine, emit=lambda event: None))
-        try:
-            ctx = host_context.create(model.name)
-            tokens = [100 + i for i in range(lead)] + drafts
-            n = len(tokens)
-            rows = range(n - len(drafts) - 1, n)
-            out = await forward(ctx, tokens, samples=[SampleSpec(index=r, logit_mask=_only(FORCED, vocab)) for r in rows],
-                                drafts=len(drafts))
-            state = {"kept": out.drafts_kept, "length": ctx.kv.length, "tokens": list(ctx.kv.tokens),
-                     "committed": ctx.kv.committed, "cached": len(model.pool.cache),
-                     "working_tokens": host_context.working_page_token_count(ctx)}
-            ctx.release()
-            return state
-        finally:
-            unbind(token)
+    async def main(_) -> dict:
+        ctx = host_context.create(model.name)
+        tokens = [100 + i for i in range(lead)] + drafts
+        n = len(tokens)
+        rows = range(n - len(drafts) - 1, n)
+        out = await forward(ctx, tokens, samples=[SampleSpec(index=r, logit_mask=_only(FORCED, vocab)) for r in rows],
+                            drafts=len(drafts))
+        state = {"kept": out.drafts_kept, "length": ctx.kv.length, "tokens": list(ctx.kv.tokens),
+                 "committed": ctx.kv.committed, "cached": len(model.pool.cache),
+                 "working_tokens": host_context.working_page_token_count(ctx)}
+        ctx.release()
+        return state
 
     try:
-        state = asyncio.run(main())
+        final = asyncio.run(run_main(engine, main, {}, lambda event: None))
     finally:
         asyncio.run(engine.close())
+    assert final.kind == "return", final.value
+    state = final.value
     assert engine.pools_whole(), "the pass left KV pages allocated"
     return state
 
