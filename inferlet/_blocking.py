@@ -9,11 +9,12 @@ until the wait ends, which only a runner that gives the inferlet a thread of its
   on its own event loop;
 * the wasm runner (``--isolation wasm``): the guest runs one inferlet, waiting in the host.
 
-Such a runner calls :func:`install` with a factory of event loops; a synchronous form then runs
-its coroutine to the end on one of those loops, while the inferlet's own loop (if any) simply
-waits. The in-process runner installs nothing: its inferlets share the engine's event loop,
-which must never block, so a synchronous form raises :class:`~pie_core.errors.Unsupported`
-naming the ``await``/``async for`` form to write instead.
+Such a runner's transport (:mod:`inferlet.host.transport`) carries a factory of event loops
+(``blocking``); a synchronous form then runs its coroutine to the end on one of those loops,
+while the inferlet's own loop (if any) simply waits. The in-process transport has none: its
+inferlets share the engine's event loop, which must never block, so a synchronous form raises
+:class:`~inferlet.host.errors.Unsupported` naming the ``await``/``async for`` form to write
+instead.
 
 What each form does, in every runner:
 
@@ -40,18 +41,16 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import Any, ParamSpec, TypeVar
 
-from pie_core.host.errors import Unsupported
+from inferlet.host import transport as _transport
+from inferlet.host.errors import Unsupported
 
-__all__ = ["install", "wait", "awaitable", "returns_str", "Ready", "iterate", "call_synchronously", "Attempt", "WHERE"]
+__all__ = ["prepare", "wait", "awaitable", "returns_str", "Ready", "iterate", "call_synchronously", "Attempt", "WHERE"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 WHERE = "synchronous forms need `pie serve --isolation process` or `--isolation wasm`"
 """The end of every error a synchronous form raises where the runner cannot block."""
-
-_new_loop: Callable[[], asyncio.AbstractEventLoop] | None = None
-
 
 class _Nesting(threading.local):
     """Per thread: the private loops of the blocking waits, one per nesting depth."""
@@ -64,18 +63,16 @@ class _Nesting(threading.local):
 _nesting = _Nesting()
 
 
-def install(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
-    """Let this process's inferlet block (the runner's seam; the in-process runner never calls it).
+def _new_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The installed transport's factory of event loops; None where the inferlet may not block."""
+    return _transport.SLOT.transport.blocking
 
-    Args:
-        new_loop: Makes an event loop on which the host's async calls complete when it runs
-            (``asyncio.new_event_loop`` in a worker process, the guest loop under wasm). A
-            blocking wait runs its coroutine on one; waits nested in it get another. The
-            first is made now, before a sandbox the runner enters may refuse what that takes.
-    """
-    global _new_loop
-    _new_loop = new_loop
-    _private_loop()
+
+def prepare() -> None:
+    """Make the first private loop now, where the installed transport lets the inferlet block:
+    a runner calls this before it enters a sandbox that may refuse what a loop takes."""
+    if _new_loop() is not None:
+        _private_loop()
 
 
 def _loop_running() -> bool:
@@ -88,10 +85,11 @@ def _loop_running() -> bool:
 
 def _private_loop() -> asyncio.AbstractEventLoop:
     """The private loop of the current nesting depth (made on first use)."""
-    assert _new_loop is not None
+    factory = _new_loop()
+    assert factory is not None
     n = _nesting
     while len(n.loops) <= n.depth:
-        n.loops.append(_new_loop())
+        n.loops.append(factory())
     return n.loops[n.depth]
 
 
@@ -117,7 +115,7 @@ def wait(awaitable: Awaitable[T], call: str) -> T:
     Raises:
         Unsupported: The runner cannot block (in-process): write ``await <call>``.
     """
-    if _new_loop is None:
+    if _new_loop() is None:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()  # never started: no "never awaited" warning
         raise Unsupported(f"{call} is a coroutine here: write `await {call}` ({WHERE})")
@@ -174,7 +172,7 @@ def returns_str(call: str) -> Callable[[Callable[P, Coroutine[Any, Any, str]]], 
         @functools.wraps(fn)
         def blocking(*args: P.args, **kwargs: P.kwargs) -> Any:
             coro = fn(*args, **kwargs)
-            if _new_loop is None:
+            if _new_loop() is None:
                 return coro if _loop_running() else wait(coro, call)
             return Ready(_run_private(coro))
 
@@ -196,7 +194,7 @@ def iterate(source: AsyncIterator[T], loop: str, *, instead: str | None = None) 
     Raises:
         Unsupported: The runner cannot block (in-process): write ``async for`` instead.
     """
-    if _new_loop is None:
+    if _new_loop() is None:
         raise Unsupported(f"`{loop}` blocks, and this runner cannot block an inferlet: "
                           f"write `{instead or 'async ' + loop}` ({WHERE})")
     return _items(source)
@@ -253,7 +251,7 @@ class Attempt:
         """
         if self._ended:
             return True
-        if _new_loop is None:
+        if _new_loop() is None:
             if not _loop_running():
                 self._coro.close()
                 raise Unsupported(f"{call} needs the inferlet's event loop: call it from `async def` code ({WHERE})")

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Generator as _Gen
 
-from pie_core.host import adapter as _host
+from inferlet.host import adapter as _host
+from inferlet.host import types as _types
 from inferlet.model import Model
 
 __all__ = ["Adapter", "Scheduled"]
@@ -25,7 +26,7 @@ class Scheduled:
     next forward pass whether or not this is awaited; ``await`` it to wait until it ran (and
     to see a failure, raised as ``BackendError``)."""
 
-    def __init__(self, handle: _host.HostAdapter) -> None:
+    def __init__(self, handle: _types.Adapter) -> None:
         self._handle = handle
 
     def __await__(self) -> _Gen[Any, None, None]:
@@ -35,7 +36,7 @@ class Scheduled:
 class Adapter:
     """A handle to a LoRA adapter of one model (see the module doc)."""
 
-    def __init__(self, model: Model, handle: _host.HostAdapter) -> None:
+    def __init__(self, model: Model, handle: _types.Adapter) -> None:
         """Use :meth:`create` or :meth:`open` rather than this."""
         self._model = model
         self._handle = handle

@@ -6,7 +6,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Iterable
 
-from pie_core.host import model as _host
+from inferlet.host import model as _host
 from inferlet._keywords import renamed
 from inferlet.model import Model
 

@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Collection, Protocol, Sequence, runtime_checkable
 
-from pie_core.host import grammar as _host
-from pie_core.host.errors import InvalidInput
+from inferlet.host import grammar as _host
+from inferlet.host.errors import InvalidInput
 from inferlet.grammar import Grammar, GrammarConstraint
 from inferlet.model import Model
 
@@ -165,6 +165,11 @@ class ConstraintSet:
                 f"build_constraint(model)) or a Constraint (an object with step(accepted)), got {type(item).__name__}"
             )
         self._mask = _UNSET
+
+    @property
+    def static(self) -> bool:
+        """True when the only rule is the static mask: every step's mask is the same."""
+        return not self._grammars and not self._others
 
     @property
     def ended(self) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Literal, overload
 
-from pie_core.host import context as _host
-from pie_core.host import model as _model
-from pie_core.host import scheduling as _market
-from pie_core.host import tools as _tools
-from pie_core.host.errors import InvalidInput
+from inferlet.host import context as _host
+from inferlet.host import types as _types
+from inferlet.host import model as _model
+from inferlet.host import scheduling as _market
+from inferlet.host import tools as _tools
+from inferlet.host.errors import InvalidInput
 from inferlet import _blocking
+from inferlet.cache import KvCache
 from inferlet.events import Decoder, EventStream
 from inferlet.forward import Forward
 from inferlet.generator import Generator
@@ -35,37 +37,40 @@ class Context:
             raise TypeError(f"Context(model) needs a Model (from Model.load), got {type(model).__name__}")
         self._model = model
         self._ctx = _host.create(model.name)
+        self._kv = KvCache(self._ctx, length=0)
         self._pending = Pending()
         self._chat = _model.chat_builder(model.name)
         self._idle_depth = 0
         self.name = name
 
     @classmethod
-    def _wrap(cls, model: Model, handle: _host.HostContext, state: Any, name: str | None) -> Context:
+    def _wrap(cls, model: Model, kv: KvCache, buffer: list[int], chat: Any, name: str | None) -> Context:
+        """A context over ``kv`` whose SDK state is ``buffer`` and builder ``chat`` (its own copy,
+        or None for a fresh one)."""
         self = cls.__new__(cls)
-        self._model, self._ctx, self.name = model, handle, name
+        self._model, self._ctx, self._kv, self.name = model, kv.handle, kv, name
         self._idle_depth = 0
-        if state is None:
-            self._pending, self._chat = Pending(), _model.chat_builder(model.name)
-        else:  # a shallow copy: builders hold a few flags beside their (shared) format
-            self._pending, self._chat = Pending(state[0]), _model.chat_copy(state[1])
+        self._pending = Pending(buffer)
+        self._chat = _model.chat_builder(model.name) if chat is None else chat
         return self
 
-    def _state(self) -> tuple[list[int], Any]:
-        return self._pending.tokens(), _model.chat_copy(self._chat)
+    @classmethod
+    def _opened(cls, model: Model, found: Any, name: str) -> Context | None:
+        if found is None:
+            return None
+        handle, buffer, chat = found
+        return cls._wrap(model, KvCache(handle), buffer, chat, name)
 
     # -- snapshots and forks ---------------------------------------------------------------
     @staticmethod
     def open(model: Model, name: str) -> Context | None:
         """A new context cloned from the snapshot ``name``; None if there is none."""
-        found = _host.open_snapshot(model.name, name)
-        return None if found is None else Context._wrap(model, found[0], found[1], name)
+        return Context._opened(model, _host.open_snapshot(model.name, name), name)
 
     @staticmethod
     def take(model: Model, name: str) -> Context | None:
         """Take ownership of the snapshot ``name`` (it is removed); None if there is none."""
-        found = _host.take_snapshot(model.name, name)
-        return None if found is None else Context._wrap(model, found[0], found[1], name)
+        return Context._opened(model, _host.take_snapshot(model.name, name), name)
 
     @staticmethod
     def delete(model: Model, name: str) -> None:
@@ -74,19 +79,21 @@ class Context:
 
     def fork(self, name: str | None = None) -> Context:
         """A copy-on-write clone: shares committed pages, copies the partial page and buffer."""
-        return Context._wrap(self._model, _host.fork(self._handle()), self._state(), name)
+        kv = self._kv.clone(_host.fork(self._handle()))
+        # a shallow copy: builders hold a few flags beside their (shared) format
+        return Context._wrap(self._model, kv, self._pending.tokens(), _model.chat_copy(self._chat), name)
 
     def save(self, name: str) -> None:
         """Snapshot this context (KV and buffer) under ``name``; it outlives the inferlet."""
-        _host.save(self._handle(), name, self._state())
+        _host.save(self._handle(), name, self._pending.tokens(), self._chat)
 
     def snapshot(self) -> str:
         """Snapshot under a runtime-generated name and return the name."""
-        return _host.snapshot(self._handle(), self._state())
+        return _host.snapshot(self._handle(), self._pending.tokens(), self._chat)
 
     def inner(self) -> RawContext:
         """Raw page operations (the Rust SDK's ``ctx.inner()``); valid while this context is."""
-        return RawContext(self._handle())
+        return RawContext(self._kv)
 
     # -- inspection ------------------------------------------------------------------------
     @property
@@ -97,12 +104,12 @@ class Context:
     @property
     def page_size(self) -> int:
         """Tokens per KV page."""
-        return _host.page_size(self._handle())
+        return self._kv.page_size
 
     @property
     def seq_len(self) -> int:
         """Tokens in the KV cache, committed + working (excludes the SDK buffer)."""
-        return _host.seq_len(self._handle())
+        return self._kv.length
 
     def buffer(self) -> list[int]:
         """Tokens buffered in the SDK, not yet flushed."""
@@ -171,13 +178,14 @@ class Context:
         runner lets an inferlet block, it blocks instead of returning a coroutine (see
         :meth:`generate_text`).
         """
-        _host.check_live(self._ctx)
+        self._kv.check_live()
         if len(self._pending):
             await self.forward(flush=True).execute()
 
     def truncate(self, n: int) -> None:
         """Drop the trailing ``n`` working-page tokens (committed pages cannot be truncated)."""
         _host.truncate(self._handle(), n)
+        self._kv.shrank(n)
 
     # -- generation ------------------------------------------------------------------------
     def forward(self, flush: bool = False) -> Forward:
@@ -189,8 +197,8 @@ class Context:
                 tokens (input rows ``0 .. len(ctx.buffer()) - 1``), so probes and samples can
                 read them; executing it flushes them, as :meth:`flush` does.
         """
-        handle = self._handle()
-        return Forward(self._model.name, handle, self._pending, _host.seq_len(handle), flush)
+        self._kv.check_live()
+        return Forward(self._model.name, self._kv, self._pending, flush)
 
     @overload
     def generate(self, sampler: Sampler, *, decode: Literal[False] = False, **options: Any) -> Generator: ...
@@ -239,7 +247,7 @@ class Context:
         returns a coroutine: ``text = await ctx.generate_text(...)``. From synchronous code (a
         ``def main(input)``, which the process and wasm runners accept) it blocks and returns
         the text: ``text = ctx.generate_text(...)``, as in the readme. In-process, where
-        nothing may block, synchronous code gets :class:`~pie_core.errors.Unsupported`.
+        nothing may block, synchronous code gets :class:`~inferlet.host.errors.Unsupported`.
 
         Args:
             sampler: How each step picks its token (default ``Sampler.top_p()``).
@@ -281,7 +289,7 @@ class Context:
             yield self
         finally:
             self._idle_depth -= 1
-            if self._idle_depth == 0 and not _host.is_released(handle):
+            if self._idle_depth == 0 and not self._kv.released:
                 _market.set_idle(handle, False)
 
     def suspend(self) -> None:
@@ -304,6 +312,7 @@ class Context:
     # -- lifecycle -------------------------------------------------------------------------
     def release(self) -> None:
         """Force-destroy this context now: its pages return to the pool."""
+        self._kv.released = True
         _host.release(self._ctx)
 
     def __del__(self) -> None:
@@ -328,11 +337,11 @@ class Context:
     async def __aexit__(self, *exc: object) -> None:
         self.release()
 
-    def _handle(self) -> _host.HostContext:
+    def _handle(self) -> _types.Context:
         return self._ctx  # every host function on a context raises PieError once it is released
 
     def _extend(self, tokens: Iterable[int]) -> Context:
-        _host.check_live(self._ctx)
+        self._kv.check_live()
         self._pending.extend(tokens)
         return self
 
@@ -340,8 +349,9 @@ class Context:
 class RawContext:
     """Page-level operations on a context, for custom loops, sliding windows and rollback."""
 
-    def __init__(self, handle: _host.HostContext) -> None:
-        self._h = handle
+    def __init__(self, kv: KvCache) -> None:
+        self._kv = kv
+        self._h = kv.handle
 
     def reserve_working_pages(self, n: int) -> None:
         """Pre-allocate ``n`` working pages."""
@@ -358,6 +368,7 @@ class RawContext:
     def truncate_working_page_tokens(self, n: int) -> None:
         """Drop the last ``n`` tokens (rollback)."""
         _host.truncate(self._h, n)
+        self._kv.shrank(n)
 
     def committed_page_count(self) -> int:
         """Number of committed pages."""

@@ -184,7 +184,7 @@ class EventStream:
 
     ``for event in stream`` (the readme's form) does the same, blocking, where the runner lets
     an inferlet block (the process and wasm runners); in-process it raises
-    :class:`~pie_core.errors.Unsupported`. :meth:`text` and :meth:`tokens` called from
+    :class:`~inferlet.host.errors.Unsupported`. :meth:`text` and :meth:`tokens` called from
     synchronous code (``def main``) there return their values.
     """
 

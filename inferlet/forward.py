@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pie_core.host import context as _ctx_host
-from pie_core.host import grammar as _grammar_host
-from pie_core.host import inference as _host
-from pie_core.host import speculation as _spec_host
-from pie_core.host.errors import InvalidInput
-from pie_core.host.inference import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
+from inferlet.host import grammar as _grammar_host
+from inferlet.host import inference as _host
+from inferlet.host import speculation as _spec_host
+from inferlet.host.errors import InvalidInput
+from inferlet.host.types import ProbeKind, ProbeSpec, RequestOutput, SampleSpec
 from inferlet._keywords import renamed
+from inferlet.cache import KvCache
 from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
@@ -141,16 +141,15 @@ class Forward:
     them back if the pass fails.
     """
 
-    def __init__(
-        self, model: str, handle: _ctx_host.HostContext, pending: Pending, start: int, flush: bool = False
-    ) -> None:
-        """A pass on context ``handle`` of model ``model`` whose buffer is ``pending``; its
-        inputs start at position ``start``. Use ``ctx.forward()`` rather than this."""
+    def __init__(self, model: str, cache: KvCache, pending: Pending, flush: bool = False) -> None:
+        """A pass on the context whose KV cache is ``cache`` (model ``model``) and whose buffer
+        is ``pending``; its inputs start at the cache's length. Use ``ctx.forward()`` rather
+        than this."""
         self._model = model
-        self._handle = handle
+        self._cache = cache
+        self._handle = cache.handle
         self._pending = pending
-        self._start = start
-        self._page_size = _ctx_host.page_size(handle)
+        self._start = cache.length
         self._tokens: list[int] = []
         self._positions: list[int] = []
         self._masks: list[list[int]] | None = None
@@ -160,6 +159,8 @@ class Forward:
         self._drafts = 0
         self._adapter: Any = None
         self._zo_seed = 0
+        self._ahead = 0
+        self._stop: list[int] = []
         self._flushed: list[int] = pending.tokens() if flush else []
         self.input(self._flushed)
 
@@ -170,7 +171,7 @@ class Forward:
     def page_size(self) -> int:
         """Tokens per KV page of the context this pass runs on (``ctx.page_size``), for sizing
         per-position structures such as attention masks without going back to the context."""
-        return self._page_size
+        return self._cache.page_size
 
     def input(self, tokens: Sequence[int]) -> Forward:
         """Add token ids with auto-derived positions."""
@@ -290,11 +291,20 @@ class Forward:
                 drafts=self._drafts,
                 adapter=None if self._adapter is None else self._adapter._handle,
                 zo_seed=self._zo_seed,
+                ahead=self._ahead,
+                stop=self._stop,
             )
         except BaseException:
             self._pending.restore(flushed)
+            self._cache.forget()  # a pass in chunks may have landed some of them
             raise
+        self._cache.grew(len(self._tokens) - self._drafts + raw.drafts_kept)
         return Output(raw)
+
+    def _run_ahead(self, ahead: int, stop: list[int]) -> None:
+        """Let the engine start the next ``ahead`` passes like this one before they are asked
+        (the generator's decode loop; see ``inferlet.host.inference.forward``)."""
+        self._ahead, self._stop = ahead, stop
 
     def _no_drafts_yet(self, what: str) -> None:
         if self._drafts:

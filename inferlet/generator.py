@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Protocol
 
-from pie_core.host.errors import InvalidInput
-from pie_core.host import context as _context
-from pie_core.host import model as _model
-from pie_core.host import scheduling as _market
+from inferlet.host.errors import InvalidInput
+from inferlet.host import model as _model
+from inferlet.host import scheduling as _market
 from inferlet import _blocking
 from inferlet._keywords import renamed
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
@@ -20,6 +19,7 @@ from inferlet.spec import Speculator
 __all__ = ["Generator", "GenStep", "MAX_DRAFTS"]
 
 MAX_DRAFTS = 16  # drafts verified per step (a speculator's further drafts count as not kept)
+MAX_AHEAD = 2**31 - 1  # "no end in sight" for run-ahead (the host API takes a u32)
 SYSTEM_DRAFTS = 8  # the most the system drafter proposes per step
 
 
@@ -126,7 +126,7 @@ class Generator:
         self._tokens: list[int] = []
         self._done = False
         self._each_step: list[tuple[int, Probe]] = []
-        self._told: Any = None  # the context handle the market last heard this generator's horizon on
+        self._told: Any = None  # the context (its KvCache) the market last heard this generator's horizon on
         self._target: int | None = None  # the length it was told the context should reach
 
     # -- builder -----------------------------------------------------------------------------
@@ -315,15 +315,15 @@ class Generator:
         calls the host only on the first steps and when the expectation really changes."""
         left = self._left()
         target = None if left is None else fwd.start_position() + left
-        if fwd._handle is not self._told or target != self._target:
-            _market.set_horizon(fwd._handle, left)
-            self._told, self._target = fwd._handle, target
+        if fwd._cache is not self._told or target != self._target:
+            _market.set_horizon(fwd._cache.handle, left)
+            self._told, self._target = fwd._cache, target
 
     def _withdraw(self) -> None:
         """Generation ended: the context no longer expects tokens from it."""
-        handle, self._told, self._target = self._told, None, None
-        if not _context.is_released(handle):
-            _market.set_horizon(handle, None)
+        cache, self._told, self._target = self._told, None, None
+        if not cache.released:
+            _market.set_horizon(cache.handle, None)
 
     def _buffer(self, accepted: list[int]) -> None:
         self._ctx.append(accepted)  # the next step runs them (a stop token was never accepted)
@@ -339,6 +339,18 @@ class Generator:
             return 0
         room = MAX_DRAFTS if self._max is None else min(MAX_DRAFTS, self._max - len(self._tokens) - 1)
         return max(0, room)
+
+    def _ahead(self) -> int:
+        """How many more steps like the next one the engine may run ahead (0: none): steps whose
+        pass is predictable from the token sampled before it, which constraints other than a
+        static mask, drafts, per-step probes and multi-draw samplers make it not."""
+        if self._speculator is not None or self._system_speculation or self._sampler.draws != 1:
+            return 0
+        if self._rules is not None and not self._rules.static:
+            return 0
+        if self._max is None:
+            return MAX_AHEAD
+        return max(0, min(MAX_AHEAD, self._max - len(self._tokens) - 1))
 
 
 class GenStep:
@@ -392,6 +404,8 @@ class GenStep:
             fwd.draft(drafts)
             rows = [fwd.sample([n - 1 + i], gen._sampler, mask=m) for i, m in enumerate(masks)]
             handle = rows[0] if len(rows) == 1 else SampleHandle(tuple(r.rows[0] for r in rows))
+            if not drafts and not self._probes and all(idx == -1 for idx, _ in gen._each_step):
+                fwd._run_ahead(gen._ahead(), sorted(gen._stop))
         self._executed = True
         out = await fwd.execute()
         raw = out.raw

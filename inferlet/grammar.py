@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pie_core.host import grammar as _host
+from inferlet.host import grammar as _host
+from inferlet.host import types as _types
 from inferlet._keywords import renamed
 from inferlet.model import Model, Tokenizer
 
@@ -30,8 +31,8 @@ class Grammar:
     :class:`GrammarConstraint` over it, and the compilation is shared.
     """
 
-    def __init__(self, source: _host.GrammarSource) -> None:
-        if not isinstance(source, _host.GrammarSource):
+    def __init__(self, source: _types.GrammarSource) -> None:
+        if not isinstance(source, _types.GrammarSource):
             raise TypeError("build a Grammar with Grammar.from_json_schema/json/from_regex/from_ebnf")
         self._source = source
 
@@ -131,7 +132,7 @@ class Matcher:
         self._h = _host.matcher(tokenizer._name, grammar._source, compile_timeout)
 
     @classmethod
-    def _of(cls, handle: _host.MatcherHandle, grammar: Grammar) -> Matcher:
+    def _of(cls, handle: _types.Matcher, grammar: Grammar) -> Matcher:
         self = cls.__new__(cls)
         self._grammar, self._model, self._h = grammar, _host.matcher_model(handle), handle
         return self

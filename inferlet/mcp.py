@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from pie_core.host import mcp as _host
-from pie_core.host.errors import InvalidInput
+from inferlet.host import mcp as _host
+from inferlet.host import types as _types
+from inferlet.host.errors import InvalidInput, McpError
 from inferlet import _blocking
 
-McpError = _host.McpError
 
 __all__ = ["available_servers", "connect", "McpSession", "McpError"]
 
@@ -34,7 +34,7 @@ class McpSession:
     """A session with one MCP server. Use it as a context manager (``with`` or
     ``async with``) or call :meth:`close`; it also closes when the inferlet ends."""
 
-    def __init__(self, handle: _host.ServerSession) -> None:
+    def __init__(self, handle: _types.McpSession) -> None:
         self._h = handle
 
     @property

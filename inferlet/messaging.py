@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from pie_core.host import messaging as _host
+from inferlet.host import messaging as _host
+from inferlet.host import types as _types
 from inferlet import _blocking
 
 __all__ = ["broadcast", "subscribe", "push", "pull", "Subscription"]
@@ -22,7 +23,7 @@ class Subscription:
     ``sub.get()`` (never waits), or ``with messaging.subscribe(topic) as sub``; where the
     runner lets an inferlet block, also ``for msg in sub``."""
 
-    def __init__(self, handle: _host.Subscription) -> None:
+    def __init__(self, handle: _types.Subscription) -> None:
         self._h = handle
         self._fetch: _blocking.Attempt | None = None  # a fetch get() started and next() goes on with
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pie_core.host import model as _host
+from inferlet.host import model as _host
 
 __all__ = ["Model", "Tokenizer"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pie_core.host.inference import ProbeKind, ProbeSpec
+from inferlet.host.types import ProbeKind, ProbeSpec
 
 __all__ = ["Logits", "Distribution", "Logprob", "Logprobs", "Entropy", "Embedding", "Probe"]
 

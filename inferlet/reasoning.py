@@ -12,7 +12,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Iterable
 
-from pie_core.host import model as _host
+from inferlet.host import model as _host
 from inferlet.model import Model
 
 __all__ = ["Event", "Decoder"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pie_core.host import runtime as _host
+from inferlet.host import runtime as _host
 
 __all__ = ["models", "version", "instance_id", "username", "spawn", "scratch_dir", "scratch_path"]
 

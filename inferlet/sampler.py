@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pie_core.host.inference import ProbeKind, ProbeSpec, SampleSpec, SamplerKind
+from inferlet.host.types import ProbeKind, ProbeSpec, SampleSpec, SamplerKind
 
 __all__ = ["Sampler"]
 

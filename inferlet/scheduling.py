@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pie_core.host import scheduling as _host
+from inferlet.host import scheduling as _host
 
 if TYPE_CHECKING:
     from inferlet.context import Context

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pie_core.host import session as _host
+from inferlet.host import session as _host
 from inferlet import _blocking
 
 __all__ = ["send", "send_file", "receive", "receive_file"]

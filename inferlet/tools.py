@@ -22,9 +22,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pie_core.host import grammar as _grammar
-from pie_core.host import model as _model
-from pie_core.host import tools as _host
+from inferlet.host import grammar as _grammar
+from inferlet.host import model as _model
+from inferlet.host import tools as _host
 from inferlet._keywords import renamed
 from inferlet.grammar import Grammar, Matcher
 from inferlet.model import Model

@@ -10,7 +10,7 @@ update moves the mean toward the better candidates and adapts ``sigma`` (the rul
 
 from __future__ import annotations
 
-from pie_core.host import zo as _host
+from inferlet.host import zo as _host
 from inferlet.adapter import Adapter, Scheduled
 
 __all__ = ["initialize", "update"]

@@ -1,6 +1,13 @@
-"""The error hierarchy. Each class maps to one client-visible error kind."""
+"""The error hierarchy. Each class maps to one client-visible error kind.
+
+The classes are the SDK's (:mod:`inferlet.host.errors`, standard library only), so an error the
+engine raises is the very class an inferlet catches, in every runner.
+"""
 
 from __future__ import annotations
+
+from inferlet.host.errors import (BackendError, ContractError, InvalidInput, McpError, NotFound, OutOfPages, PieError,
+                                  Unsupported)
 
 __all__ = [
     "PieError",
@@ -10,46 +17,5 @@ __all__ = [
     "NotFound",
     "BackendError",
     "ContractError",
+    "McpError",
 ]
-
-
-class PieError(Exception):
-    """Base of every error the engine raises on purpose."""
-
-    kind = "error"
-
-
-class InvalidInput(PieError, ValueError):
-    """The caller passed something malformed: fix the argument named in the message."""
-
-    kind = "invalid_input"
-
-
-class OutOfPages(PieError):
-    """The KV page pool cannot satisfy an allocation."""
-
-    kind = "out_of_pages"
-
-
-class Unsupported(PieError):
-    """The backend did not declare the capability a request needs."""
-
-    kind = "unsupported"
-
-
-class NotFound(PieError, LookupError):
-    """A named model, backend, inferlet or snapshot does not exist."""
-
-    kind = "not_found"
-
-
-class BackendError(PieError):
-    """The backend failed while running a batch."""
-
-    kind = "backend_error"
-
-
-class ContractError(PieError):
-    """A backend plugin does not satisfy the hook spec or its contract version."""
-
-    kind = "contract_error"

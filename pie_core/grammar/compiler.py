@@ -25,7 +25,7 @@ from typing import Iterable
 from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
-from pie_core.grammar.source import GrammarSource, clean_error
+from pie_core.grammar.source import GrammarSource, build, clean_error
 from pie_core.grammar.vocab import tokenizer_info
 from pie_core.models.tokenizer import Tokenizer
 
@@ -115,7 +115,7 @@ class GrammarCompiler:
         return found is not None and found.done() and found.exception() is None
 
     def _compile(self, source: GrammarSource) -> xgr.CompiledGrammar:
-        grammar = source.build()
+        grammar = build(source)
         try:
             return self._compiler().compile_grammar(grammar)
         except (RuntimeError, ValueError) as e:

@@ -24,16 +24,17 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from pie_core.grammar.lazy_xgr import xgr
 
+from inferlet.host.types import GrammarKind, GrammarSource
 from pie_core.errors import InvalidInput
 
 __all__ = [
     "GrammarKind",
     "GrammarSource",
+    "build",
     "json_schema",
     "any_json",
     "regex",
@@ -51,49 +52,20 @@ MAX_JSON_DEPTH = 32
 """Deepest nesting of objects and arrays in a JSON schema or structural tag (a 200-deep schema
 takes xgrammar seconds to parse, 400 deep a quarter of a minute)."""
 
-GrammarKind = Literal["json_schema", "json", "regex", "gbnf", "lark", "structural_tag"]
-
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z_][\w.-]*\s*::=", re.M)
 _XGR_PREFIX = re.compile(r"^\[[\d:]+\]\s+\S+?:\d+:\s*")  # "[06:43:04] /project/cpp/x.cc:106: "
 
 
-@dataclass(frozen=True, slots=True)
-class GrammarSource:
-    """A grammar as text: ``kind`` says how ``text`` is read.
+def build(source: GrammarSource) -> xgr.Grammar:
+    """The parsed ``xgrammar.Grammar`` of ``source`` (memoised).
 
-    Attributes:
-        kind: ``json_schema`` (a JSON Schema), ``json`` (any JSON value), ``regex``,
-            ``gbnf``, ``lark``, or ``structural_tag`` (xgrammar's structural-tag JSON, used for
-            tool calls).
-        text: The schema, pattern or grammar text (empty for ``json``).
-        whitespace: For ``json_schema`` and ``json``: allow any whitespace between JSON tokens.
-            The default (False) writes JSON on one line with ``", "`` and ``": "`` separators,
-            which keeps small models from looping on whitespace.
+    Raises:
+        InvalidInput: The text does not parse; the message says where.
     """
-
-    kind: GrammarKind
-    text: str = ""
-    whitespace: bool = False
-
-    def build(self) -> xgr.Grammar:
-        """The parsed ``xgrammar.Grammar`` (memoised).
-
-        Raises:
-            InvalidInput: The text does not parse; the message says where.
-        """
-        return _build(self)
-
-    def describe(self) -> str:
-        """A short name for messages: ``JSON schema``, ``regex '[0-9]+'``..."""
-        names = {"json_schema": "JSON schema", "json": "JSON", "regex": "regex", "gbnf": "GBNF grammar",
-                 "lark": "Lark grammar", "structural_tag": "tool-call grammar"}
-        if self.kind == "regex":
-            shown = self.text if len(self.text) <= 40 else self.text[:37] + "..."
-            return f"regex {shown!r}"
-        return names[self.kind]
+    return _build(source)
 
 
-def json_schema(schema: str | Mapping[str, Any] | bool, *, whitespace: bool = False) -> GrammarSource:
+def json_schema(schema: str | Mapping[str, Any] | bool, whitespace: bool = False) -> GrammarSource:
     """A source for JSON conforming to ``schema`` (a JSON Schema as text or as a dict).
 
     Raises:
@@ -116,7 +88,7 @@ def json_schema(schema: str | Mapping[str, Any] | bool, *, whitespace: bool = Fa
     return _checked(GrammarSource("json_schema", text, whitespace))
 
 
-def any_json(*, whitespace: bool = False) -> GrammarSource:
+def any_json(whitespace: bool = False) -> GrammarSource:
     """A source for any JSON value: on one line with ``", "`` and ``": "`` separators, or with
     ``whitespace=True`` xgrammar's built-in JSON grammar (any whitespace between tokens)."""
     return GrammarSource("json", "", whitespace)
@@ -200,7 +172,7 @@ def _check_depth(value: Any, what: str) -> None:
 
 
 def _checked(source: GrammarSource) -> GrammarSource:
-    source.build()
+    build(source)
     return source
 
 

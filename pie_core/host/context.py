@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import uuid
-from typing import Any
+from typing import Sequence
 
 from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, PieError
 from pie_core.hookspec import CopyKind
+from pie_core.host.ahead import Ahead
 from pie_core.host.binding import HostInstance, current
 from pie_core.host.model import resolve
 from pie_core.host.scheduling import wallet
 from pie_core.kv.context import KvContext
 from pie_core.kv.snapshots import Snapshot
+from pie_core.models.chat_formats.base import ChatBuilder
 from pie_core.scheduler.market import DEFAULT_REMAINING, default_bid
 from pie_core.speculation.ngram import NgramDrafter
 
@@ -58,6 +61,7 @@ class HostContext:
         self.holder = model.market.join(self.kv, wallet(model, owner))
         self.lock = asyncio.Lock()
         self.drafter: NgramDrafter | None = None  # the system drafter, made on first use
+        self.ahead: Ahead | None = None  # the next decode step, run ahead (pie_core.host.ahead)
         self.thread = threading.get_ident()
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -73,7 +77,21 @@ class HostContext:
         if self.kv.released:
             raise PieError("this context was released; create a new Context")
 
+    def drop_ahead(self) -> None:
+        """Drop the pass run ahead, if any: call before anything that changes the pages or the
+        length of the context."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            ahead.drop()
+
+    async def settle_ahead(self) -> None:
+        """Drop the pass run ahead, if any, and wait until it ended."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            await ahead.settle()
+
     def release(self) -> None:
+        self.drop_ahead()
         self.kv.release()
         self.model.market.leave(self.kv)
         self.owner.resources.discard(self)
@@ -128,6 +146,7 @@ def truncate(ctx: HostContext, n: int) -> None:
         PieError: The context was released.
     """
     ctx.check_live()
+    ctx.drop_ahead()
     ctx.kv.truncate(n)
 
 
@@ -154,51 +173,56 @@ def fork(ctx: HostContext) -> HostContext:
     return HostContext(ctx.model, current(), _fork_kv(ctx.model, ctx.kv, ctx.holder.bid()))
 
 
-def save(ctx: HostContext, name: str, sdk_state: Any = None) -> None:
-    """Snapshot the context under ``name`` for the calling user (replacing an older one).
-
-    ``sdk_state`` is kept beside the pages and handed back by :func:`open_snapshot`. The
-    snapshot's pages stay charged to the user after the inferlet ends.
-
-    Raises:
-        InvalidInput: ``name`` is empty, or the user keeps as many snapshots as its quota allows.
-        OutOfPages: The pool is short, or the user's page quota is reached.
-    """
+def save(ctx: HostContext, name: str, buffer: Sequence[int], chat: ChatBuilder | None) -> None:
+    """Snapshot the context under ``name`` for the calling user (replacing an older one), with
+    the SDK's buffer and a copy of its builder beside the pages."""
     ctx.check_live()
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"a snapshot name must be a non-empty string, got {name!r}")
+    state = _sdk_state(buffer, chat)
     store = current().engine.snapshots
     store.check_room(ctx.model.name, current().username, name)
     kv = _fork_kv(ctx.model, ctx.kv, ctx.holder.bid())
     ctx.model.market.join(kv, None)  # snapshots bid 0: the first to move under pressure
-    store.put(ctx.model.name, current().username, name, Snapshot(kv, sdk_state))
+    store.put(ctx.model.name, current().username, name, Snapshot(kv, *state))
 
 
-def snapshot(ctx: HostContext, sdk_state: Any = None) -> str:
+def snapshot(ctx: HostContext, buffer: Sequence[int], chat: ChatBuilder | None) -> str:
     """Snapshot under a generated name and return the name."""
     name = f"snap-{uuid.uuid4().hex[:12]}"
-    save(ctx, name, sdk_state)
+    save(ctx, name, buffer, chat)
     return name
 
 
-def open_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
-    """A new context cloned from the caller's snapshot ``name``, or None if it is absent."""
+def _sdk_state(buffer: Sequence[int], chat: ChatBuilder | None) -> tuple[list[int], ChatBuilder | None]:
+    if chat is not None and not isinstance(chat, ChatBuilder):
+        raise InvalidInput(f"chat must be a chat builder or None, got {type(chat).__name__}")
+    if isinstance(buffer, (str, bytes)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in buffer):
+        raise InvalidInput("buffer must be a list of token ids")
+    return [int(t) for t in buffer], None if chat is None else copy.copy(chat)
+
+
+def open_snapshot(model: str, name: str) -> tuple[HostContext, list[int], ChatBuilder | None] | None:
+    """A new context cloned from the caller's snapshot ``name`` with a copy of its SDK state, or
+    None if it is absent."""
     loaded = resolve(model)
     snap = current().engine.snapshots.get(loaded.name, current().username, name)
     if snap is None:
         return None
     own = wallet(loaded, current())
     bid = default_bid(own.balance, max(1, len(snap.kv.pages)), DEFAULT_REMAINING, loaded.pool.page_size, own.dividend)
-    return HostContext(loaded, current(), _fork_kv(loaded, snap.kv, bid)), snap.sdk_state
+    kv = _fork_kv(loaded, snap.kv, bid)
+    return HostContext(loaded, current(), kv), list(snap.buffer), None if snap.chat is None else copy.copy(snap.chat)
 
 
-def take_snapshot(model: str, name: str) -> tuple[HostContext, Any] | None:
-    """Remove the snapshot ``name`` and return it as a context (no copy), or None."""
+def take_snapshot(model: str, name: str) -> tuple[HostContext, list[int], ChatBuilder | None] | None:
+    """Remove the snapshot ``name`` and return it as a context (no copy) with its SDK state, or
+    None."""
     loaded = resolve(model)
     snap = current().engine.snapshots.pop(loaded.name, current().username, name)
     if snap is None:
         return None
-    return HostContext(loaded, current(), snap.kv), snap.sdk_state
+    return HostContext(loaded, current(), snap.kv), snap.buffer, snap.chat
 
 
 def delete_snapshot(model: str, name: str) -> None:
@@ -213,18 +237,21 @@ def delete_snapshot(model: str, name: str) -> None:
 def reserve_working_pages(ctx: HostContext, n: int) -> None:
     """Pre-allocate ``n`` working pages (raises OutOfPages, taking none, if short)."""
     ctx.check_live()
+    ctx.drop_ahead()
     ctx.kv.reserve(n)
 
 
 def commit_working_pages(ctx: HostContext, k: int) -> None:
     """Promote ``k`` full working pages to committed."""
     ctx.check_live()
+    ctx.drop_ahead()
     ctx.kv.commit(k)
 
 
 def release_working_pages(ctx: HostContext, n: int) -> None:
     """Free ``n`` empty working pages from the end."""
     ctx.check_live()
+    ctx.drop_ahead()
     ctx.kv.release_working(n)
 
 

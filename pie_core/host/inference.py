@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -13,11 +13,15 @@ from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities
 from pie_core.host.adapter import HostAdapter
+from pie_core.host.ahead import Ahead, call_key, next_step
 from pie_core.host.context import HostContext
 from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.scheduler.passes import Pass, Tag, run_pass
 
-__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind"]
+__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind", "MAX_STOP"]
+
+MAX_STOP = 1024
+"""Stop tokens a pass that runs ahead may name."""
 
 async def forward(
     ctx: HostContext,
@@ -30,6 +34,8 @@ async def forward(
     drafts: int = 0,
     adapter: HostAdapter | None = None,
     zo_seed: int = 0,
+    ahead: int = 0,
+    stop: Sequence[int] = (),
 ) -> RequestOutput:
     """Append ``tokens`` to the context's KV cache and read samples/probes at their rows.
 
@@ -74,8 +80,11 @@ async def forward(
     if n == 0:
         if samples or probes:
             raise InvalidInput("a pass with samples or probes needs at least one input token")
+        await ctx.settle_ahead()
         return RequestOutput(tokens=(), probes=())
     ids = _check_tokens(tokens, model.spec.vocab_size)
+    asked = tuple(samples), tuple(probes)
+    ahead = _check_ahead(ahead, stop)
     _check_rows(samples, probes, n)
     verifiers = _check_drafts(drafts, n, samples, attention_masks is not None)
     if attention_masks is not None and "custom_mask" not in caps.features:
@@ -97,18 +106,49 @@ async def forward(
         )
     _check_limits(caps, model.backend, samples, n, attention_masks is not None, ctx.kv.length)
     binding = _Binding(record, zo_seed, ctx.owner.engine.adapters)
-    async with ctx.lock, binding:
-        ctx.check_live()
-        base = ctx.kv.length
-        pos = _check_positions(positions, n, base, model.spec.max_position)
-        masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
-        work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
-        out = await run_pass(model, ctx.holder, work)
+    staged, ctx.ahead = ctx.ahead, None
+    out = None
+    if staged is not None:  # a pass run ahead: take it if this call is that pass, else drop it
+        pos = _check_positions(positions, n, ctx.kv.length, model.spec.max_position)
+        if attention_masks is None and not drafts and staged.matches(
+                call_key(ids, pos, *asked, logit_mask, binding.tag)):
+            out = await staged.take()
+        else:
+            await staged.settle()
+    if out is None:
+        async with ctx.lock, binding:
+            ctx.check_live()
+            base = ctx.kv.length
+            pos = _check_positions(positions, n, base, model.spec.max_position)
+            masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
+            work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
+            out = await run_pass(model, ctx.holder, work)
+    if ahead:
+        _start_ahead(ctx, ids, samples, probes, asked, drafts, attention_masks is not None, logit_mask, binding, out,
+                     stop)
     return replace(out, probes=tuple(_plain(p.kind, v) for p, v in zip(probes, out.probes)))
 
 
+def _start_ahead(ctx: HostContext, ids: np.ndarray, samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec],
+                 asked: tuple[tuple[SampleSpec, ...], tuple[ProbeSpec, ...]], drafts: int, masked: bool,
+                 logit_mask: Sequence[int] | None, binding: _Binding, out: RequestOutput, stop: Sequence[int]) -> None:
+    """Start the pass after ``out`` (run-ahead, see :mod:`pie_core.host.ahead`) when it is a
+    decode step that did not sample a stop token."""
+    step = next_step(ids, samples, probes, drafts, masked, out, stop)
+    position = ctx.kv.length
+    if step is None or ctx.released or position >= ctx.model.spec.max_position:
+        return
+    token, run_samples, run_probes = step
+    ids1, pos1 = np.array([token], dtype=np.int32), np.array([position], dtype=np.int32)
+    key = call_key(ids1, pos1, tuple(replace(s, index=0) for s in asked[0]),
+                   tuple(replace(p, index=0) for p in asked[1]), logit_mask, binding.tag)
+    work = Pass(ids1, pos1, None, run_samples, run_probes, 0, [], binding.tag)
+    ctx.ahead = Ahead(ctx, work, key, binding.hold())
+
+
 class _Binding:
-    """The adapter a pass runs with, held in use (not freed) while the pass runs."""
+    """The adapter a pass runs with, held in use (not freed) while the pass runs (and, for a
+    pass run ahead, until it is taken or dropped: :meth:`hold`)."""
 
     def __init__(self, record: AdapterRecord | None, zo_seed: int, store: AdapterStore) -> None:
         self.record = record
@@ -123,6 +163,22 @@ class _Binding:
     async def __aexit__(self, *exc: object) -> None:
         if self.record is not None:
             self.store.unuse(self.record)
+
+    def hold(self) -> Callable[[], None] | None:
+        """Hold the adapter in use once more; returns what lets it go (None: no adapter)."""
+        record, store = self.record, self.store
+        if record is None:
+            return None
+        store.use(record)
+        return lambda: store.unuse(record)
+
+
+def _check_ahead(ahead: int, stop: Sequence[int]) -> int:
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or not 0 <= ahead < 2**32:
+        raise InvalidInput(f"ahead must be an integer in [0, 2**32), got {ahead!r}")
+    if len(stop) > MAX_STOP or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop):
+        raise InvalidInput(f"stop must be at most {MAX_STOP} token ids")
+    return ahead
 
 
 def _check_adapter(adapter: HostAdapter | None, zo_seed: int, model: LoadedModel) -> AdapterRecord | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pie_core.errors import InvalidInput
@@ -13,10 +13,12 @@ __all__ = ["Snapshot", "SnapshotStore"]
 
 @dataclass(slots=True)
 class Snapshot:
-    """A detached context (it owns its pages) plus the SDK state saved beside it."""
+    """A detached context (it owns its pages) plus the SDK state saved beside it: the tokens
+    its buffer held and its conversation builder (a ``ChatBuilder``, or None)."""
 
     kv: KvContext
-    sdk_state: Any = None
+    buffer: list[int] = field(default_factory=list)
+    chat: Any = None
 
 
 class SnapshotStore:

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pie_core.errors import PieError
+from pie_core.errors import McpError
 
 __all__ = ["McpError", "check_tool_result"]
-
-
-class McpError(PieError):
-    """An MCP server failed: it could not start, it exited, it timed out, it answered a
-    request with an error, or a tool it ran reported a failure. The message names the server
-    and says what to check."""
-
-    kind = "mcp_error"
 
 
 def check_tool_result(server: str, tool: str, result: Mapping[str, Any]) -> None:

@@ -3,55 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import inspect
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Awaitable, Callable
 
 from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
-from pie_core.errors import InvalidInput
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
+from pie_core.runtime import inprocess
 from pie_core.runtime.stdio import flush_stdout, install_stdio_router
-from inferlet._blocking import WHERE
-from inferlet._return_value import check_return
+from inferlet.host import entry
+from inferlet.host.entry import check_return
 
 __all__ = ["load_entry", "run_inferlet", "run_main", "run_child", "equip_for_spawn", "check_return"]
 
 
-def load_entry(manifest: Manifest, *, synchronous: bool = False) -> Callable[[dict[str, Any]], Any]:
-    """Import the inferlet's entry module under a private name and return its ``main``.
-
-    Args:
-        synchronous: Also accept a plain ``def main(input)`` (runners that let an inferlet
-            block: the process runner; see :mod:`inferlet._blocking`).
+def load_entry(manifest: Manifest, *, synchronous: bool = False, own_process: bool = False) -> Callable[[Any], Any]:
+    """Import the inferlet's entry module under a private name and return its ``main``
+    (see :func:`inferlet.host.entry.load_main`).
 
     Raises:
         InvalidInput: The module has no ``async def main(input)`` (nor, with ``synchronous``,
             a ``def main(input)``).
     """
     path = manifest.entry_path
-    mod_name = f"_pie_inferlet_{manifest.name.replace('-', '_')}_{abs(hash(path))}"
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise InvalidInput(f"cannot import {path}")
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(Path(path).parent))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(Path(path).parent))
-    main = getattr(module, "main", None)
-    if main is None or not callable(main):
-        raise InvalidInput(f"{path} must define 'async def main(input)'")
-    if not synchronous and not inspect.iscoroutinefunction(main):
-        raise InvalidInput(f"{path}: main is a plain function here: write 'async def main(input)' ({WHERE})")
-    return main
+    name = f"_pie_inferlet_{manifest.name.replace('-', '_')}_{abs(hash(path))}"
+    return entry.load_main(path, name, synchronous=synchronous, own_process=own_process)
 
 
 async def run_inferlet(
@@ -72,7 +50,7 @@ async def run_inferlet(
         payload = manifest.validate_input(args)
         main = load_entry(manifest)
     except Exception as exc:
-        final = Event("error", _describe(exc))
+        final = Event("error", entry.describe(exc))
         emit(final)
         return final
     return await run_main(engine, main, payload, emit, username=username, instance=instance)
@@ -102,6 +80,7 @@ async def run_main(
     """
     inst = equip_for_spawn(instance or HostInstance(engine=engine, emit=emit, username=username))
     emit = inst.emit
+    inprocess.install()
     install_stdio_router()
     token = bind(inst)
     try:
@@ -112,7 +91,7 @@ async def run_main(
             emit(Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled"))
             raise
         except Exception as exc:  # the inferlet failed: its message becomes the Error event
-            final = Event("error", _describe(exc))
+            final = Event("error", entry.describe(exc))
         flush_stdout(inst)
         emit(final)
         return final
@@ -146,7 +125,3 @@ def _jsonable(value: Any) -> Any:
     except (TypeError, ValueError, RecursionError):
         return repr(value)
     return value
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

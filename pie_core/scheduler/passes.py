@@ -11,6 +11,11 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
    chunk is recorded in the context (with its mask and tag, for later replays).
 5. Drafts are verified and the rejected ones dropped; pages the pass reserved and did not
    fill go back, also when it fails (then nothing of the failed chunk is recorded).
+
+:func:`run_unrecorded` runs a one-chunk pass without recording it: the :class:`Landed` pass is
+recorded later (:meth:`Landed.record`) or forgotten (:meth:`Landed.drop`), and the context stays
+pinned in the market until then. Run-ahead (``pie_core.host.ahead``) runs a decode step that
+way before the inferlet asks for it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pie_core.kv.context import KvContext
 from pie_core.scheduler.market import Holder
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["Tag", "Pass", "run_pass", "tag_valid"]
+__all__ = ["Tag", "Pass", "run_pass", "run_unrecorded", "Landed", "tag_valid"]
 
 _Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
 
@@ -74,11 +79,8 @@ async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
         BackendError: The backend failed; nothing of the failed chunk is recorded.
     """
     kv = holder.kv
-    ps = kv.page_size
-    spare = len(kv.pages) - max(-(-kv.length // ps), kv.committed) if kv.resident else 0
-    n = len(p.ids)
-    await model.market.admit(holder, max(0, -(-(kv.length + n) // ps) - max(len(kv.pages), kv.suspended_pages)))
-    first_draft = kv.length + n - p.drafts
+    spare = await _admit(model, holder, len(p.ids))
+    first_draft = kv.length + len(p.ids) - p.drafts
     try:
         if holder.replay_from is not None:
             await _replay(model, kv, holder.replay_from)
@@ -88,11 +90,79 @@ async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
             kv.settle(kv.length - first_draft)
         raise
     finally:
-        if not kv.released and kv.resident:
-            empty = len(kv.pages) - max(-(-kv.length // ps), kv.committed)
-            if empty > spare:
-                kv.release_working(empty - spare)
-        model.market.done(holder)
+        _finish(model, holder, spare)
+
+
+async def run_unrecorded(model: Any, holder: Holder, p: Pass) -> Landed:
+    """Run ``p`` (one chunk: no masks, no drafts, at most ``max_batch_tokens`` tokens) without
+    recording it: its KV is written, but the context's length and lineage stay as they were
+    until :meth:`Landed.record`. The context stays pinned in the market (never suspended) until
+    the pass is recorded or dropped. The caller holds the context's lock while it runs.
+
+    Raises:
+        The errors of :func:`run_pass`; then nothing is kept and the pin is released.
+    """
+    kv = holder.kv
+    spare = await _admit(model, holder, len(p.ids))
+    try:
+        if holder.replay_from is not None:
+            await _replay(model, kv, holder.replay_from)
+        length = kv.length
+        plan = kv.plan_write(len(p.ids))
+        out = await model.batcher.submit(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
+    except BaseException:
+        _finish(model, holder, spare)
+        raise
+    return Landed(model, holder, p, out, length, spare)
+
+
+class Landed:
+    """A pass :func:`run_unrecorded` ran: record it or drop it, once."""
+
+    def __init__(self, model: Any, holder: Holder, p: Pass, out: RequestOutput, length: int, spare: int) -> None:
+        self.model, self.holder, self.p, self.output = model, holder, p, out
+        self._length, self._spare, self._open = length, spare, True
+
+    def record(self) -> bool:
+        """Record the pass as if it had just landed (its pages commit as they fill). False, and
+        nothing recorded, when the context changed since it ran (it was released or
+        truncated): then the pass is dropped."""
+        kv = self.holder.kv
+        if not self._open:
+            return False
+        if kv.released or not kv.resident or kv.length != self._length:
+            self.drop()
+            return False
+        salt = b"" if self.p.tag is None else self.p.tag.salt
+        kv.advance(self.p.ids.tolist(), self.p.pos.tolist(), None, 0, salt, self.p.tag)
+        self.drop()
+        return True
+
+    def drop(self) -> None:
+        """Forget the pass: its KV slots are beyond the context's length, and the pages it
+        reserved go back. Idempotent."""
+        if self._open:
+            self._open = False
+            _finish(self.model, self.holder, self._spare)
+
+
+async def _admit(model: Any, holder: Holder, n: int) -> int:
+    """Admit a pass of ``n`` tokens; the context's spare pages before it (those it keeps)."""
+    kv = holder.kv
+    ps = kv.page_size
+    spare = len(kv.pages) - max(-(-kv.length // ps), kv.committed) if kv.resident else 0
+    await model.market.admit(holder, max(0, -(-(kv.length + n) // ps) - max(len(kv.pages), kv.suspended_pages)))
+    return spare
+
+
+def _finish(model: Any, holder: Holder, spare: int) -> None:
+    """After a pass: the pages it reserved and did not fill go back; the context may move again."""
+    kv = holder.kv
+    if not kv.released and kv.resident:
+        empty = len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed)
+        if empty > spare:
+            kv.release_working(empty - spare)
+    model.market.done(holder)
 
 
 async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
@@ -115,20 +185,7 @@ async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
         chunk_samples = tuple(_shift(samples[i], start) for i in kept)
         chunk_probes = tuple(_remask(_shift(q, start), kept) for q in probes if start <= q.index < stop)
         plan = kv.plan_write(stop - start)
-        out = await model.batcher.submit(
-            ForwardRequest(
-                token_ids=ids[start:stop],
-                positions=pos[start:stop],
-                page_ids=plan.page_ids,
-                last_page_len=plan.last_page_len,
-                write_slots=plan.write_slots,
-                attention_mask=p.masks,
-                samples=chunk_samples,
-                probes=chunk_probes,
-                adapter_id=-1 if p.tag is None else p.tag.adapter_id,
-                zo_seed=0 if p.tag is None else p.tag.zo_seed,
-            )
-        )
+        out = await model.batcher.submit(_request(p, plan, ids[start:stop], pos[start:stop], chunk_samples, chunk_probes))
         hold = max(0, stop - (n - p.drafts))
         kv.advance(ids[start:stop].tolist(), pos[start:stop].tolist(), p.masks, hold, salt, p.tag)
         outputs.append(out)
@@ -138,6 +195,22 @@ async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
         out = replace(out, drafts_kept=_verify(out, order, p.verifiers, ids[n - p.drafts :]))
         kv.settle(p.drafts - out.drafts_kept)
     return out
+
+
+def _request(p: Pass, plan: Any, ids: np.ndarray, pos: np.ndarray, samples: tuple[SampleSpec, ...],
+             probes: tuple[ProbeSpec, ...]) -> ForwardRequest:
+    return ForwardRequest(
+        token_ids=ids,
+        positions=pos,
+        page_ids=plan.page_ids,
+        last_page_len=plan.last_page_len,
+        write_slots=plan.write_slots,
+        attention_mask=p.masks,
+        samples=samples,
+        probes=probes,
+        adapter_id=-1 if p.tag is None else p.tag.adapter_id,
+        zo_seed=0 if p.tag is None else p.tag.zo_seed,
+    )
 
 
 async def _replay(model: Any, kv: KvContext, start: int) -> None:

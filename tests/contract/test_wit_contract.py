@@ -1,8 +1,8 @@
-"""The host contract: ``wit/`` (WIT package ``pie:inferlet``) declares exactly the host API of
-:mod:`pie_core.runtime.host_api`, with the same names, parameters and types.
+"""The host contract: ``wit/`` (WIT package ``pie:inferlet``) spells exactly the host API the SDK
+declares (:mod:`inferlet.host`), with the same names, parameters and types.
 
-``wit/`` is the source of truth. When this test fails, change ``wit/`` first, then
-``pie_core/host`` to match it, then the SDK (``inferlet/``).
+The declaration is the source of truth. When this test fails, change ``wit/`` to match
+``inferlet/host/`` (``tests/contract/test_host_declarations.py`` holds ``pie_core/host`` to it).
 
 The WIT is parsed by componentize-py (``componentize-py bindings``): its generated modules give
 each interface's functions with their parameters and Python types, records as dataclasses,
@@ -33,11 +33,21 @@ from typing import Any, Callable
 
 import pytest
 
-from pie_core.host.context import HostContext
+from inferlet import host as declared
+from inferlet.host.types import Context
+from inferlet.host.wit import RESOURCES as _RESOURCES
 from pie_core.runtime import host_api
-from pie_core.runtime.wasm.build import RESOURCES, WIT_DIR
+from pie_core.runtime.wasm.build import WIT_DIR
 
-FIX = "Change wit/ first, then pie_core/host to match it, then the SDK (inferlet/)."
+FIX = "The host API is declared in inferlet/host/: change wit/ to spell it (and pie_core/host to implement it)."
+
+RESOURCES = {cls.__name__: wit for cls, wit in _RESOURCES.items()}
+"""The WIT resource of each declared handle kind, by class name."""
+
+
+def declared_functions() -> dict[tuple[str, str], Callable[..., Any]]:
+    """Every declared host function's stub (its signature and hints), by (interface, name)."""
+    return {key: decl.stub for key, decl in declared.declarations().items()}
 
 
 WIRE_FIELDS = {("SampleSpec", "logit_mask"): "option<bytes>", ("RequestOutput", "probes"): "list<probe-value>"}
@@ -156,7 +166,7 @@ def _canon_binding(hint: Any) -> str:
 
 
 def _handles() -> dict[type, str]:
-    return {kind.cls: RESOURCES.get(kind.name, f"<no resource for {kind.name}>") for kind in host_api.HANDLES}
+    return dict(_RESOURCES)
 
 
 def _canon_py(hint: Any, *, borrowed: bool) -> str:
@@ -202,7 +212,7 @@ def _canon_py(hint: Any, *, borrowed: bool) -> str:
 
 def _host_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     """``fn``'s annotations, resolved (names imported only under TYPE_CHECKING included)."""
-    names = {kind.cls.__name__: kind.cls for kind in host_api.HANDLES}
+    names = {cls.__name__: cls for cls in _RESOURCES}
     names.update((t.__name__, t) for t in host_api.VALUE_TYPES)
     return typing.get_type_hints(fn, localns=names)
 
@@ -250,21 +260,21 @@ def wit_functions(wit: Wit, iface: str) -> dict[str, Callable[..., Any]]:
 
 
 def interface_problems(wit: Wit, iface: str, host: dict[str, Callable[..., Any]]) -> list[str]:
-    """Host functions of ``pie_core.host.<iface>`` without WIT functions, and the reverse."""
+    """Declared functions of ``inferlet.host.<iface>`` without WIT functions, and the reverse."""
     expected = {kebab(n): n for n in host}
     expected.update({kebab(n) + "-result": n for n, fn in host.items() if inspect.iscoroutinefunction(fn)})
     declared = set(wit_functions(wit, iface)) if iface in wit.modules else set()
-    problems = [f"pie_core.host.{iface}.{expected[w]} has no `{w}` in wit/{iface}.wit"
+    problems = [f"inferlet.host.{iface}.{expected[w]} has no `{w}` in wit/{iface}.wit"
                 for w in sorted(set(expected) - declared)]
-    problems += [f"wit/{iface}.wit declares `{w}`, which is no host function of pie_core.host.{iface} "
-                 "(the __all__ functions, host_api.host_functions())" for w in sorted(declared - set(expected))]
+    problems += [f"wit/{iface}.wit declares `{w}`, which inferlet.host.{iface} does not declare"
+                 for w in sorted(declared - set(expected))]
     return problems
 
 
 def function_problems(wit: Wit, iface: str, name: str, fn: Callable[..., Any]) -> list[str]:
-    """What differs between host function ``pie_core.host.<iface>.<name>`` (``fn``) and its WIT
-    declaration: names, order and types of parameters, and the result."""
-    where = f"pie_core.host.{iface}.{name}"
+    """What differs between declared host function ``inferlet.host.<iface>.<name>`` (``fn``) and
+    its WIT spelling: names, order and types of parameters, and the result."""
+    where = f"inferlet.host.{iface}.{name}"
     try:
         hints = _host_hints(fn)
         want = [(p, _canon_py(hints[p], borrowed=True)) for p in inspect.signature(fn).parameters]
@@ -373,13 +383,13 @@ def test_world_imports_every_interface_and_exports_run(wit: Wit) -> None:
 
 @pytest.mark.parametrize("iface", host_api.HOST_MODULES)
 def test_interface_declares_exactly_the_host_functions(wit: Wit, iface: str) -> None:
-    host = {n: fn for (m, n), fn in host_api.host_functions().items() if m == iface}
+    host = {n: fn for (m, n), fn in declared_functions().items() if m == iface}
     _assert_none(interface_problems(wit, iface, host))
 
 
 @pytest.mark.parametrize("iface", host_api.HOST_MODULES)
 def test_signatures_match_the_host_functions(wit: Wit, iface: str) -> None:
-    host = {n: fn for (m, n), fn in host_api.host_functions().items() if m == iface}
+    host = {n: fn for (m, n), fn in declared_functions().items() if m == iface}
     _assert_none([p for n, fn in sorted(host.items()) for p in function_problems(wit, iface, n, fn)])
 
 
@@ -407,7 +417,7 @@ def test_every_handle_kind_is_a_resource(wit: Wit) -> None:
     resources = {kebab(n) for n, c in inspect.getmembers(mod, inspect.isclass)
                  if c.__module__ == mod.__name__ and "__exit__" in vars(c)}
     kinds = {kind.name for kind in host_api.HANDLES}
-    assert kinds == set(RESOURCES), f"host_api.HANDLES has {sorted(kinds)}; RESOURCES here names {sorted(RESOURCES)}"
+    assert kinds == set(RESOURCES), f"host_api.HANDLES has {sorted(kinds)}; the declaration names {sorted(RESOURCES)}"
     assert resources == set(RESOURCES.values()), (
         f"wit/types.wit declares resources {sorted(resources)}, expected one per handle kind. {FIX}")
 
@@ -441,22 +451,21 @@ def test_every_interface_and_function_is_documented(wit: Wit) -> None:
 # --- the checks can fail -------------------------------------------------------------------
 
 
-def _renamed_parameter(ctx: HostContext, count: int) -> None: ...
+def _renamed_parameter(ctx: Context, count: int) -> None: ...
 
 
-def _retyped_parameter(ctx: HostContext, k: str) -> None: ...
+def _retyped_parameter(ctx: Context, k: str) -> None: ...
 
 
-async def _made_async(ctx: HostContext, k: int) -> None: ...
+async def _made_async(ctx: Context, k: int) -> None: ...
 
 
-def _own_not_borrowed(ctx: HostContext, k: int) -> HostContext: ...
+def _own_not_borrowed(ctx: Context, k: int) -> Context: ...
 
 
 def test_a_differing_host_function_is_reported(wit: Wit) -> None:
-    from pie_core.host import context
-
-    assert function_problems(wit, "context", "commit_working_pages", context.commit_working_pages) == []
+    stub = declared_functions()["context", "commit_working_pages"]
+    assert function_problems(wit, "context", "commit_working_pages", stub) == []
     cases = {_renamed_parameter: "(ctx, count) in Python", _retyped_parameter: "`k` is `int` in wit/ but its "
              "annotation maps to `string`", _made_async: "no `commit-working-pages-result`",
              _own_not_borrowed: "expected `result<context,error>`"}
@@ -466,16 +475,15 @@ def test_a_differing_host_function_is_reported(wit: Wit) -> None:
 
 
 def test_a_missing_or_extra_function_is_reported(wit: Wit) -> None:
-    host = {n: fn for (m, n), fn in host_api.host_functions().items() if m == "context"}
+    host = {n: fn for (m, n), fn in declared_functions().items() if m == "context"}
     assert interface_problems(wit, "context", host) == []
     dropped = dict(host)
     del dropped["truncate"]
     assert interface_problems(wit, "context", dropped) == [
-        "wit/context.wit declares `truncate`, which is no host function of pie_core.host.context "
-        "(the __all__ functions, host_api.host_functions())"]
+        "wit/context.wit declares `truncate`, which inferlet.host.context does not declare"]
     added = {**host, "rewind": _renamed_parameter}
     assert interface_problems(wit, "context", added) == [
-        "pie_core.host.context.rewind has no `rewind` in wit/context.wit"]
+        "inferlet.host.context.rewind has no `rewind` in wit/context.wit"]
 
 
 def test_a_differing_record_is_reported(wit: Wit) -> None:

@@ -26,7 +26,7 @@ def test_a_ready_first_call_awaits_the_compilation_instead_of_compiling_on_the_l
 
             monkeypatch.setattr(handle._compiler, "compile_blocking", on_the_loop)
             fn = host_api.host_function("grammar", "matcher_runs")
-            return await host_api.invoke("grammar", "matcher_runs", fn, [handle], {}, runner=None)
+            return await host_api.invoke("grammar", "matcher_runs", fn, [handle], runner=None)
         finally:
             unbind(token)
 

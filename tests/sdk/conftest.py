@@ -1,7 +1,7 @@
 import asyncio
 import dataclasses
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 from unittest import mock
 
 import pytest
@@ -17,6 +17,8 @@ from pie_core.models.chat_formats import chat_format_for
 from pie_core.models.registry import ModelSource
 from pie_core.models.tokenizer import Tokenizer
 from pie_core.models.tokenizer_gguf import byte_to_unicode
+from inferlet.host import transport as host_transport
+from pie_core.runtime.inprocess import InProcessTransport
 from pie_core.runtime.instance import run_main
 
 TINY_PAGE_SIZE = 4  # small pages: a short prompt spans several, and most end mid-page
@@ -51,6 +53,49 @@ class Harness:
     @property
     def pool(self) -> Any:
         return self.engine.models[self.model].pool
+
+
+class Observed:
+    """A host transport over the engine's own (in-process) one that records every call and lets
+    a test replace single host functions: the SDK is tested by swapping its transport, never by
+    patching engine modules.
+
+    Attributes:
+        calls: Every ``(interface, name)`` called, in order.
+    """
+
+    blocking = None
+
+    def __init__(self) -> None:
+        self.base = InProcessTransport()
+        self.calls: list[tuple[str, str]] = []
+        self._overrides: dict[tuple[str, str], Callable[..., Any]] = {}
+
+    def override(self, key: tuple[str, str], fn: Callable[..., Any]) -> None:
+        """Serve host function ``key`` with ``fn`` (called with the declared arguments)."""
+        self._overrides[key] = fn
+
+    def call(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        self.calls.append(key)
+        fn = self._overrides.get(key)
+        return fn(*args) if fn is not None else self.base.call(key, args)
+
+    def call_async(self, key: tuple[str, str], args: tuple[Any, ...]) -> Awaitable[Any]:
+        self.calls.append(key)
+        fn = self._overrides.get(key)
+        return fn(*args) if fn is not None else self.base.call_async(key, args)
+
+
+@pytest.fixture
+def observed() -> Iterator[Observed]:
+    """Installs an :class:`Observed` transport for the test (inferlets run in-process over it)."""
+    transport = Observed()
+    previous = host_transport.install(transport)
+    yield transport
+    if previous is None:
+        host_transport.uninstall()
+    else:
+        host_transport.install(previous)
 
 
 @pytest.fixture(scope="session")

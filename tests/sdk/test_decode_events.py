@@ -13,7 +13,6 @@ import pytest
 from inferlet import Context, Decoder, Event, EventStream, Model, Sampler, chat, runtime
 from pie_core import brle
 from pie_core.errors import InvalidInput
-from pie_core.host import model as host_model
 
 WORDS = " the quick brown fox jumps over a lazy dog while seven small birds sing"
 
@@ -83,14 +82,14 @@ def test_the_generators_stop_token_ends_the_stream_and_is_not_text(dummy):
     assert collected == before_stop
 
 
-def test_reasoning_is_split_from_the_reply(dummy, monkeypatch):
+def test_reasoning_is_split_from_the_reply(dummy, observed):
     async def main(_):
         model = _model()
         tokens = await _greedy_tokens(model)
         # a start marker that occurs once, and the first later token that differs from it
         i = next(i for i in range(1, len(tokens) - 4) if tokens.count(tokens[i]) == 1)
         j = next(j for j in range(i + 2, len(tokens) - 1) if tokens[j] not in tokens[i + 1 : j])
-        monkeypatch.setattr(host_model, "reasoning_markers", lambda name: (tokens[i], tokens[j]))
+        observed.override(("model", "reasoning_markers"), lambda name: (tokens[i], tokens[j]))
         tok = model.tokenizer()
         expected = tok.decode(tokens[:i]), tok.decode(tokens[i + 1 : j]), tok.decode(tokens[j + 1 :])
         return await _events(model, reasoning=True), expected
@@ -104,13 +103,13 @@ def test_reasoning_is_split_from_the_reply(dummy, monkeypatch):
     assert events[-1][1] == _texts(events, "Text") == before + after.lstrip("\n")
 
 
-def test_max_tokens_inside_reasoning_closes_it_before_done(dummy, monkeypatch):
+def test_max_tokens_inside_reasoning_closes_it_before_done(dummy, observed):
     async def main(_):
         model = _model()
         tokens = await _greedy_tokens(model)
         i = next(i for i in range(1, len(tokens) - 2) if tokens.count(tokens[i]) == 1)
         never = next(t for t in range(model.vocab_size) if t not in tokens)
-        monkeypatch.setattr(host_model, "reasoning_markers", lambda name: (tokens[i], never))
+        observed.override(("model", "reasoning_markers"), lambda name: (tokens[i], never))
         tok = model.tokenizer()
         return await _events(model, reasoning=True), tok.decode(tokens[:i]), tok.decode(tokens[i + 1 :])
 
@@ -127,12 +126,12 @@ def test_reasoning_on_a_model_without_markers_is_all_text(dummy):
     assert with_reasoning == plain
 
 
-def test_decoder_joins_split_characters_and_drops_the_newlines_after_thinking(dummy, monkeypatch):
+def test_decoder_joins_split_characters_and_drops_the_newlines_after_thinking(dummy, observed):
     async def main(_):
         model = _model()
         tok = model.tokenizer()
         start, end = tok.encode("<tool_call>")[0], tok.encode("</tool_call>")[0]
-        monkeypatch.setattr(host_model, "reasoning_markers", lambda name: (start, end))
+        observed.override(("model", "reasoning_markers"), lambda name: (start, end))
         dec = Decoder(model, reasoning=True)
         ids = [start, *tok.encode("weigh 🤗"), end, *tok.encode("\n\nanswer: 中文 🤗")]
         events = [e for t in ids for e in dec.feed([t])]

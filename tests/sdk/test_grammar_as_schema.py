@@ -9,7 +9,6 @@ import re
 import pytest
 
 from inferlet import Context, Grammar, GrammarConstraint, Model, Regex, Sampler, Schema, runtime, tools
-from pie_core.host import tools as host_tools
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}}}
@@ -102,8 +101,9 @@ def test_native_grammar_constrains_a_generator_as_it_is(dummy):
     assert name == "get_time" and args["city"] in ("Tokyo", "Lima") and set(args) == {"city"}
 
 
-def test_native_grammar_and_matcher_are_none_without_a_tool_call_syntax(dummy, monkeypatch):
-    monkeypatch.setattr(host_tools, "syntax", lambda name: None)
+def test_native_grammar_and_matcher_are_none_without_a_tool_call_syntax(dummy, observed):
+    observed.override(("tools", "syntax"), lambda name: None)  # a model whose format writes no tool calls
+    observed.override(("tools", "call_grammar"), lambda name, schemas, choice: None)
 
     async def main(_):
         model = _model()

@@ -190,15 +190,14 @@ def test_without_a_horizon_max_tokens_paces_the_bid(dummy):
     assert rows[-1][0] is None
 
 
-def test_the_horizon_costs_a_host_call_only_when_the_expectation_changes(dummy, monkeypatch):
+def test_the_horizon_costs_a_host_call_only_when_the_expectation_changes(dummy, observed):
     calls = []
-    real = host_scheduling.set_horizon
 
     def counting(ctx, tokens):
         calls.append(tokens)
-        real(ctx, tokens)
+        host_scheduling.set_horizon(ctx, tokens)
 
-    monkeypatch.setattr(host_scheduling, "set_horizon", counting)
+    observed.override(("scheduling", "set_horizon"), counting)
 
     async def main(_):
         with Context(_model()) as ctx:

@@ -35,7 +35,7 @@ def _codec() -> tuple[Codec, dict[int, object]]:
     def to_ref(obj: object) -> tuple[int, str] | None:
         if isinstance(obj, _Handle):
             objs[id(obj)] = obj
-            return id(obj), "HostContext"
+            return id(obj), "Context"
         return None
 
     def from_ref(rid: int, kind: str) -> object:
@@ -105,7 +105,7 @@ def test_every_value_type_is_a_frozen_dataclass_enum_or_error_and_handles_are_op
     for cls in host_api.VALUE_TYPES:
         assert issubclass(cls, (enum.Enum, BaseException)) or dataclasses.is_dataclass(cls) and \
             cls.__dataclass_params__.frozen, cls
-    assert [f.name for f in dataclasses.fields(host_api.HandleKind)] == ["name", "cls"]  # no members to call
+    assert [f.name for f in dataclasses.fields(host_api.HandleKind)] == ["name", "cls", "declared"]  # no members to call
     taken = set()
     for fn in host_api.host_functions().values():  # every annotation resolves: handle arguments are checked by it
         taken.update(t for t in host_api.parameter_types(fn).values() if isinstance(t, type))
@@ -117,13 +117,13 @@ def test_a_handle_is_refused_where_the_host_function_declares_another_class():
     from pie_core.host.grammar import MatcherHandle
 
     ctx, matcher = context.HostContext.__new__(context.HostContext), MatcherHandle.__new__(MatcherHandle)
-    with pytest.raises(TypeError, match="b cannot be a HostContext handle"):
-        host_api.check_arguments(model.chat_copy, "pie_core.host.model.chat_copy", (ctx,), {})
-    with pytest.raises(TypeError, match="ctx cannot be a MatcherHandle handle"):
-        host_api.check_arguments(context.release, "pie_core.host.context.release", (matcher,), {})
-    with pytest.raises(TypeError, match="tokens cannot be a HostContext handle"):
-        host_api.check_arguments(model.detokenize, "pie_core.host.model.detokenize", ("m",), {"tokens": ctx})
-    host_api.check_arguments(context.release, "pie_core.host.context.release", (ctx,), {})
+    with pytest.raises(TypeError, match="b cannot be a Context handle"):
+        host_api.check_arguments(model.chat_copy, "model.chat_copy", (ctx,))
+    with pytest.raises(TypeError, match="ctx cannot be a Matcher handle"):
+        host_api.check_arguments(context.release, "context.release", (matcher,))
+    with pytest.raises(TypeError, match="tokens cannot be a Context handle"):
+        host_api.check_arguments(model.detokenize, "model.detokenize", ("m", ctx))
+    host_api.check_arguments(context.release, "context.release", (ctx,))
 
 
 @pytest.mark.parametrize("payload, why", [
@@ -139,7 +139,7 @@ def test_a_handle_is_refused_where_the_host_function_declares_another_class():
     (msgpack.packb(msgpack.ExtType(4, b"Popen")), "a class outside the value table"),
     (msgpack.packb([1, msgpack.ExtType(3, b"")]), "a tag in the middle of a list"),
     (msgpack.packb([msgpack.ExtType(4, b"SampleSpec"), {"__class__": 1}]), "a field the dataclass lacks"),
-    (msgpack.packb(msgpack.ExtType(5, (99).to_bytes(8, "little") + b"HostContext")), "a handle never given"),
+    (msgpack.packb(msgpack.ExtType(5, (99).to_bytes(8, "little") + b"Context")), "a handle never given"),
     (b"\xc1", "a reserved byte"),
 ])
 def test_hostile_payloads_are_refused(payload, why):
@@ -195,9 +195,9 @@ async def main(input: dict):
         elif mode == "oversize":
             os.write(l._w, struct.pack("!I", 2**31) + b"x" * 1024)
         elif mode == "private":
-            l.send(["call", 999, "context", "_fork_kv", [ctx._ctx], {}])
+            l.send(["call", 999, "context", "_fork_kv", [ctx._ctx]])
         elif mode == "outside":
-            l.send(["call", 999, "binding", "current", [], {}])
+            l.send(["call", 999, "binding", "current", []])
         elif mode == "engine-attr":
             l.send(["get", 999, ctx._ctx, "owner"])
         elif mode == "method":
@@ -211,7 +211,7 @@ async def main(input: dict):
         elif mode == "self-reference":
             loop = []
             loop.append(loop)
-            from pie_core.host import session as host_session
+            from inferlet.host import session as host_session
             try:
                 host_session.send(loop)  # straight to the wire, past the SDK's own checks
             except ValueError as exc:
@@ -265,8 +265,8 @@ def test_a_self_referencing_argument_fails_in_the_inferlet_not_the_server(hostil
 DRAFT_ATTACK = '''
 import numpy as np
 from inferlet import Context, Model, Sampler, runtime
-from pie_core.host import inference, speculation
-from pie_core.scheduler.request import SampleSpec
+from inferlet.host import inference, speculation
+from inferlet.host.types import SampleSpec
 
 
 async def main(input):
@@ -309,7 +309,7 @@ def test_hostile_draft_passes_and_masks_are_refused_and_alice_is_served(hostile,
 HANDLE_MIXUP = '''
 import copy
 from inferlet import Context, Model, runtime
-from pie_core.host import context, grammar, model
+from inferlet.host import context, grammar, model
 
 
 async def main(input):
@@ -336,9 +336,9 @@ def test_a_handle_is_an_opaque_token_good_only_as_the_argument_its_host_function
         async with await connect(s.url, TOKENS["mallory"]) as mallory:
             value = await (await mallory.launch(await mallory.install(program), {})).wait()
             refused = value.pop("refused")
-            assert refused[0] == "TypeError: pie_core.host.model.chat_copy(): b cannot be a HostContext handle"
-            assert refused[1] == "TypeError: pie_core.host.grammar.matcher_packed(): m cannot be a HostContext handle"
-            assert all("HostContext handle is opaque" in r for r in refused[2:]) and len(refused) == 4, refused
+            assert refused[0] == "TypeError: model.chat_copy(): b cannot be a Context handle"
+            assert refused[1] == "TypeError: grammar.matcher_packed(): m cannot be a Context handle"
+            assert all("Context handle is opaque" in r for r in refused[2:]) and len(refused) == 4, refused
             assert value == {"copy_is_same": True, "live": True, "runs_cover_the_vocabulary": True, "model": True}
         await victim_is_served(s)
 

@@ -47,7 +47,7 @@ async def main(input: dict):
         if mode == "escape":
             return runtime.scratch_path("../bob/x")
         if mode == "reach":  # a handle is opaque: host calls take it, its engine object stays out of reach
-            from pie_core.host import context
+            from inferlet.host import context
             context.check_live(ctx._ctx)
             return ctx._ctx.owner
     return "unreachable"
@@ -148,7 +148,7 @@ def test_a_worker_cannot_reach_engine_objects_through_a_handle(served, bad_progr
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as alice:
             kind, value = (await _events(alice, await alice.install(bad_program), {"mode": "reach"}))[-1]
-            assert kind == "error" and "HostContext handle is opaque and has no attribute 'owner'" in value
+            assert kind == "error" and "Context handle is opaque and has no attribute 'owner'" in value
 
     served(scenario, launcher=_launcher())
 

@@ -13,32 +13,13 @@ free-form generation and their own parsing.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
+from inferlet.host.types import ToolCallSyntax
 from pie_core.errors import InvalidInput
 from pie_core.models.chat_formats.base import ChatFormat
 
 __all__ = ["ToolCallSyntax", "tool_call_syntax", "normalize_tools", "parse_tool_calls", "format_tool_call"]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallSyntax:
-    """One family's tool-call syntax.
-
-    Attributes:
-        style: ``"qwen"`` (marked blocks) or ``"llama"`` (a bare JSON object).
-        begin: Text that opens a call (``"<tool_call>"``; empty for a bare object).
-        end: Text that closes a call (``"</tool_call>"``; empty for a bare object).
-        args_key: The key holding the arguments (``"arguments"`` or ``"parameters"``).
-        reasoning: Whether the reply may open with a reasoning block.
-    """
-
-    style: Literal["qwen", "llama"]
-    begin: str
-    end: str
-    args_key: str
-    reasoning: bool = False
 
 
 QWEN = ToolCallSyntax("qwen", "<tool_call>", "</tool_call>", "arguments")

@@ -192,7 +192,7 @@ class _Session:
                 await asyncio.wait(list(self.calls))
 
     def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
-        """Check one message and act on it: ``["call", id, module, name, args, kwargs]``,
+        """Check one message and act on it: ``["call", id, module, name, args]``,
         ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
         "return"|"error", value]``, which ends the session with that event. Handles are opaque:
         a worker reaches an engine object only by passing it to a host function.
@@ -201,7 +201,7 @@ class _Session:
             ProtocolError: Anything else, or an undeclared call.
         """
         op = msg[0] if isinstance(msg, list) and msg else None
-        fields = {"call": 6, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
+        fields = {"call": 5, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
         if fields is None or len(msg) != fields:
             raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, print, started or done, "
                                 "each with its fields")
@@ -225,13 +225,14 @@ class _Session:
         self._start(rid, self._call(*msg[2:]))
         return None
 
-    def _call(self, module: Any, name: Any, args: Any, kwargs: Any) -> Callable[[], Awaitable[Any]]:
+    def _call(self, module: Any, name: Any, args: Any) -> Callable[[], Awaitable[Any]]:
         """The checked call as a coroutine function; ProtocolError for anything undeclared.
         Handle arguments were checked when the frame was decoded: each is one the engine gave
         this worker (:class:`_HandleTable`)."""
         fn = _declared(lambda: host_api.host_function(module, name))
-        args, kwargs = _arguments(args, kwargs)
-        return lambda: host_api.invoke(module, name, fn, args, kwargs, runner=self.runner)
+        if not isinstance(args, (list, tuple)):
+            raise ProtocolError("a call's arguments are a list")
+        return lambda: host_api.invoke(module, name, fn, args, runner=self.runner)
 
     def _start(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
         self.in_flight += 1
@@ -268,12 +269,6 @@ def _declared(find: Callable[[], Any]) -> Any:
         return find()
     except PermissionError as exc:
         raise ProtocolError(str(exc)) from None
-
-
-def _arguments(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise ProtocolError("a call's arguments are a list and a dict with str keys")
-    return tuple(args), kwargs
 
 
 def _death(code: int | None) -> str:

@@ -8,21 +8,19 @@ extensions) reaches the server's log. ``print()``/``sys.stdout`` become the clie
 events, one per line (a partial line goes out on ``flush()`` and when ``main`` ends), and
 ``sys.stderr`` its Stderr events, one per write.
 
-The SDK is unchanged: every host function of :mod:`.host_api` is replaced by a proxy that sends
-the call to the engine, which runs it for this worker's instance and sends back the result.
-Engine objects come back as opaque handles, good only as arguments of host functions.
+The SDK's host transport here is the pipe (:class:`WireTransport`): each host call is sent to the
+engine, which runs it for this worker's instance and sends back the result. Engine objects come
+back as opaque handles, good only as arguments of host functions.
 
-The worker runs one inferlet, so the inferlet may block: the SDK's synchronous forms
-(:mod:`inferlet._blocking`) run their waits on private event loops of this process, and a plain
-``def main(input)`` runs as synchronous code, in which the SDK's waiting calls return values.
+The worker runs one inferlet, so the inferlet may block: the transport lets the SDK's
+synchronous forms run their waits on private event loops of this process, and a plain ``def
+main(input)`` runs as synchronous code, in which the SDK's waiting calls return values.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import importlib
-import inspect
 import io
 import itertools
 import os
@@ -31,13 +29,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from inferlet import _blocking
+from inferlet.host import entry
 from pie_core.runtime import host_api
 from pie_core.runtime.host_api import HOST_MODULES
 from pie_core.runtime.process import sandbox
 from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_frame_size
 
-__all__ = ["main", "preload", "HOST_MODULES"]
+__all__ = ["main", "preload", "HOST_MODULES", "WireTransport"]
 
 _CHUNK = 64 * 1024  # a Stdout/Stderr event carries at most this many characters
 
@@ -54,7 +52,7 @@ class _Remote:
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"a {self._kind.name} handle is opaque and has no attribute {name!r}; "
-                             "pass it to the pie_core.host functions that take one")
+                             "pass it to the inferlet.host functions that take one")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self._kind.name} handles are read-only")
@@ -170,7 +168,7 @@ class _Link:
         return value
 
     async def acall(self, op: str, *args: Any) -> Any:
-        # the loop running now: the worker's, or a private one of a blocking wait (inferlet._blocking)
+        # the loop running now: the worker's, or a private one of a blocking wait
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
 
@@ -192,23 +190,19 @@ class _Link:
         return await fut
 
 
-def _install_proxies(link: _Link) -> None:
-    for (short, name), fn in host_api.host_functions().items():
-        setattr(importlib.import_module(f"pie_core.host.{short}"), name,
-                _proxy(link, short, name, inspect.iscoroutinefunction(fn)))
+class WireTransport:
+    """The worker's host transport: every call is a ``call`` frame, answered by a ``reply``."""
 
+    blocking = staticmethod(asyncio.new_event_loop)  # one inferlet per process: it may block
 
-def _proxy(link: _Link, module: str, name: str, is_async: bool) -> Callable[..., Any]:
-    if is_async:
-        async def aproxy(*args: Any, **kwargs: Any) -> Any:
-            return await link.acall("call", module, name, args, kwargs)
-        aproxy.__name__ = name
-        return aproxy
+    def __init__(self, link: _Link) -> None:
+        self._link = link
 
-    def proxy(*args: Any, **kwargs: Any) -> Any:
-        return link.call("call", module, name, args, kwargs)
-    proxy.__name__ = name
-    return proxy
+    def call(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        return self._link.call("call", key[0], key[1], args)
+
+    def call_async(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        return self._link.acall("call", key[0], key[1], args)
 
 
 class _ToClient(io.TextIOBase):
@@ -262,42 +256,29 @@ def preload() -> None:
 
 
 async def _run(link: _Link) -> None:
-    from pie_core.runtime.instance import _describe, check_return, load_entry
+    from pie_core.runtime.instance import load_entry
     from pie_core.runtime.manifest import Manifest
     from pie_core.runtime.process.limits import WorkerLimits
 
     first = link.read()
     manifest = Manifest(name=first["name"], version="", description="", entry=first["entry"], root=Path(first["root"]))
-    _install_proxies(link)
-    _blocking.install(asyncio.new_event_loop)  # this process runs one inferlet: it may block
+    entry.install(WireTransport(link))
     threading.Thread(target=link.serve_replies, name="pie-worker-reader", daemon=True).start()
     sys.stdout, sys.stderr = _ToClient(link, "stdout"), _ToClient(link, "stderr")
     try:
         confined = sandbox.enter(manifest.root, first["scratch"], WorkerLimits(**first["limits"]))
-        entry = _as_coroutine_function(load_entry(manifest, synchronous=True))
+        main = entry.as_coroutine_function(load_entry(manifest, synchronous=True, own_process=True))
         link.send(["started", confined])
-        final = ["return", check_return(await entry(first["input"]))]
+        final = ["return", entry.check_return(await main(first["input"]))]
     except MemoryError:
         final = ["error", "MemoryError: the inferlet exceeded its memory limit"]
     except Exception as exc:
-        final = ["error", _describe(exc)]
+        final = ["error", entry.describe(exc)]
     try:
         sys.stdout.flush()
     except Exception:  # noqa: BLE001 - a print that cannot go out must not hide main's result
         pass
     link.send(["done", *final])
-
-
-def _as_coroutine_function(main: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``main`` as a coroutine function: a plain ``def main(input)`` runs as synchronous code
-    (no event loop running), so the SDK's calls in it block and return values."""
-    if inspect.iscoroutinefunction(main):
-        return main
-
-    async def run(payload: Any) -> Any:
-        return _blocking.call_synchronously(main, payload)
-
-    return run
 
 
 def main() -> None:

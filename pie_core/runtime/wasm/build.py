@@ -4,13 +4,10 @@ One component serves every inferlet: the guest imports the inferlet's own files 
 ``/inferlet`` (a read-only mount of its folder), so an inferlet needs no build of its own. The
 component holds:
 
-- ``inferlet/``, the SDK, unchanged;
-- ``pie_core/host/<module>.py`` generated from the engine's host functions: each function has
-  the engine's signature (names, defaults) and calls the WIT import of the same name, with the
-  conversions of :mod:`.spec`;
-- ``pie_core/errors.py``, ``pie_core/mcp/errors.py``, ``pie_core/host/{errors,values}.py``,
-  the engine's own files (standard library only), so errors and values have the same classes;
-- ``pie_guest/`` and ``app.py`` from ``guest/``: the event loop and the ``run`` export.
+- ``inferlet/``, the SDK, unchanged: its host declarations, value types and errors are the
+  engine's own (:mod:`inferlet.host`);
+- ``pie_guest/`` and ``app.py`` from ``guest/``: the event loop, the WIT transport the SDK's
+  host calls go through, and the ``run`` export.
 
 The result is cached under ``<cache>/wasm/<key>.wasm``; the key hashes every staged file, the
 WIT package and the componentize-py version, so a change to any of them builds anew.
@@ -18,9 +15,7 @@ WIT package and the componentize-py version, so a change to any of them builds a
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import inspect
 import os
 import shutil
 import subprocess
@@ -30,31 +25,16 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
+import inferlet
 import pie_core
 from pie_core.errors import Unsupported
-from pie_core.runtime.wasm.spec import RECORDS, function_spec
 
-__all__ = ["WIT_DIR", "component_path", "toolchain_missing", "stage", "RESOURCES"]
+__all__ = ["WIT_DIR", "component_path", "toolchain_missing", "stage"]
 
 WIT_DIR = Path(pie_core.__file__).resolve().parent.parent / "wit"
 _GUEST = Path(__file__).resolve().parent / "guest"
-_PACKAGE = Path(pie_core.__file__).resolve().parent
-_SDK = Path(pie_core.__file__).resolve().parent.parent / "inferlet"
-_COPIED = ("errors.py", "mcp/errors.py", "host/errors.py", "values.py")
+_SDK = Path(inferlet.__file__).resolve().parent
 _build_lock = threading.Lock()
-
-RESOURCES = {"HostContext": "context", "MatcherHandle": "matcher", "ChatBuilder": "chat-builder",
-             "Subscription": "subscription", "ServerSession": "mcp-session", "HostAdapter": "adapter",
-             "LoadedModel": "model"}
-"""The WIT resource each engine handle class is (``types`` interface)."""
-
-_GUEST_ONLY = {  # host functions whose guest form differs: paths inside the sandbox
-    ("runtime", "scratch_dir"): 'def scratch_dir():\n    return "/scratch"\n',
-    ("runtime", "scratch_path"): (
-        "def scratch_path(relative):\n"
-        "    call(_wit.scratch_path, (relative,), (('v',),), ('v',))\n"
-        "    return '/scratch/' + relative.strip('/')\n"),
-}
 
 
 def toolchain_missing() -> str | None:
@@ -74,15 +54,6 @@ def stage(dest: Path) -> None:
     """Write every file the component holds into ``dest`` (see the module docstring)."""
     shutil.copytree(_GUEST, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(_SDK, dest / "inferlet", ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in _COPIED:
-        target = dest / "pie_core" / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(_PACKAGE / rel, target)
-    for pkg in ("pie_core", "pie_core/mcp", "pie_core/host"):
-        (dest / pkg / "__init__.py").touch()
-    (dest / "pie_core/host/_records.py").write_text(_records_source())
-    for module, source in _shim_sources().items():
-        (dest / "pie_core/host" / f"{module}.py").write_text(source)
 
 
 def component_path(cache: Path) -> Path:
@@ -127,54 +98,3 @@ def _componentize(staged: Path, out: Path) -> None:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[:20])
         raise Unsupported(f"componentize-py could not build the inferlet component:\n{tail}")
     part.replace(out)
-
-
-def _records_source() -> str:
-    """Guest copies of the record dataclasses that do not live in ``pie_core.values``."""
-    from pie_core.grammar.source import GrammarSource
-    from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
-
-    lines = ['"""Records that cross the host API by value (generated from the engine\'s dataclasses)."""',
-             "", "from dataclasses import dataclass", ""]
-    for cls in (GrammarSource, ToolCallSyntax):
-        assert cls.__name__ in RECORDS
-        lines += ["", "@dataclass(frozen=True)", f"class {cls.__name__}:"]
-        for f in dataclasses.fields(cls):
-            default = "" if f.default is dataclasses.MISSING else f" = {f.default!r}"
-            lines.append(f"    {f.name}: object{default}")
-    return "\n".join(lines) + "\n"
-
-
-def _shim_sources() -> dict[str, str]:
-    from pie_core.runtime import host_api
-
-    handles = {kind.cls: RESOURCES[kind.name] for kind in host_api.HANDLES}
-    modules: dict[str, list[str]] = {m: [] for m in host_api.HOST_MODULES}
-    for (module, name), fn in sorted(host_api.host_functions().items()):
-        if (module, name) in _GUEST_ONLY:
-            modules[module].append(_GUEST_ONLY[module, name])
-            continue
-        spec = function_spec(fn, handles)
-        params = [p.replace(annotation=inspect.Parameter.empty) for p in inspect.signature(fn).parameters.values()]
-        sig = inspect.Signature(params)
-        names = [p.name for p in params]
-        args = "(" + "".join(f"{n}, " for n in names) + ")"
-        specs = tuple(s for _, s in spec.params)
-        if spec.is_async:
-            body = (f"async def {name}{sig}:\n"
-                    f"    return await start(_wit.{name}, _wit.{name}_result, {args}, {specs!r}, {spec.result!r})\n")
-        else:
-            body = f"def {name}{sig}:\n    return call(_wit.{name}, {args}, {specs!r}, {spec.result!r})\n"
-        modules[module].append(body)
-    sources = {}
-    for module, bodies in modules.items():
-        head = [f'"""pie_core.host.{module} inside the wasm sandbox: each call goes to the WIT import of its name',
-                '(generated by pie_core.runtime.wasm.build)."""', "",
-                "from pie_core.errors import *  # noqa: F401,F403",
-                "from pie_core.host._records import *  # noqa: F401,F403",
-                "from pie_core.values import *  # noqa: F401,F403",
-                "from pie_core.mcp.errors import McpError  # noqa: F401",
-                "from pie_guest.call import call, start",
-                f"from wit_world.imports import {module} as _wit", "", ""]
-        sources[module] = "\n".join(head) + "\n\n".join(bodies)
-    return sources

@@ -29,12 +29,12 @@ from typing import Any, Callable
 import wasmtime
 from wasmtime import component as wc
 
+from inferlet import host as declared
+from inferlet.host.wit import function_spec, kebab
 from pie_core.errors import PieError
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime import host_api
-from pie_core.runtime.wasm.build import RESOURCES
 from pie_core.runtime.wasm.imports import KIND_IDS, Guest
-from pie_core.runtime.wasm.spec import function_spec, kebab
 
 __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
 
@@ -139,12 +139,12 @@ class WasmHost:
         return GuestResult(True, json.loads(outcome.payload))
 
     def _linker(self, guest: Guest) -> wc.Linker:
-        handles = {kind.cls: RESOURCES[kind.name] for kind in host_api.HANDLES}
         linker = wc.Linker(self.engine)
         linker.add_wasip2()
-        by_module: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
-        for (module, name), fn in sorted(host_api.host_functions().items()):
-            by_module.setdefault(module, []).append((name, fn))
+        implementations = host_api.host_functions()
+        by_module: dict[str, list[tuple[str, Callable[..., Any], Any]]] = {}
+        for (module, name), decl in sorted(declared.declarations().items()):
+            by_module.setdefault(module, []).append((name, implementations[module, name], function_spec(decl.stub)))
         with linker.root() as root:
             with root.add_instance(f"{_PACKAGE}/types@0.1.0") as types:
                 for res, rid in KIND_IDS.items():
@@ -154,8 +154,7 @@ class WasmHost:
                 poll.add_func("cancel", guest.cancel)
             for module, fns in by_module.items():
                 with root.add_instance(f"{_PACKAGE}/{module}@0.1.0") as iface:
-                    for name, fn in fns:
-                        spec = function_spec(fn, handles)
+                    for name, fn, spec in fns:
                         wit = kebab(name)
                         if spec.is_async:
                             iface.add_func(wit, guest.starter(module, name, fn, spec.params, self._result(module, wit)))

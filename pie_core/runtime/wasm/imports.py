@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import concurrent.futures
-import inspect
 import json
 import re
 import threading
@@ -21,11 +20,11 @@ from typing import Any, Callable
 
 from wasmtime import component as wc
 
+from inferlet.host import types as _types
+from inferlet.host.wit import Spec, kebab
 from pie_core.errors import PieError
 from pie_core.host.binding import HostInstance
 from pie_core.runtime import host_api
-from pie_core.runtime.wasm.build import RESOURCES
-from pie_core.runtime.wasm.spec import Spec, kebab
 
 __all__ = ["Guest", "KIND_IDS", "MAX_HANDLES", "MAX_JSON"]
 
@@ -35,8 +34,10 @@ MAX_HANDLES = 2**16
 MAX_JSON = 16 * 2**20
 """Bytes of one JSON value from the guest."""
 
-KIND_IDS = {name: i + 1 for i, name in enumerate(RESOURCES.values())}
+KIND_IDS = {cls.wit: i + 1 for i, cls in enumerate(_types.HANDLES)}
 """The host resource type id of each handle resource."""
+
+_VALUES = {cls.__name__: cls for cls in (*_types.RECORDS, _types.SamplerKind, _types.ProbeKind)}
 
 _CANCEL_POLL_S = 0.1  # how often a guest blocked in poll.wait looks at its cancellation
 
@@ -98,9 +99,9 @@ class Guest:
         if tag == "t":
             return tuple(self.lift(store, v, s) for v, s in zip(value, spec[1]))
         if tag == "e":
-            return _enum(spec[1])[value.replace("-", "_").upper()]
+            return _VALUES[spec[1]][value.replace("-", "_").upper()]
         if tag == "r":
-            return _record(spec[1])(**{f: self.lift(store, getattr(value, kebab(f)), s) for f, s in spec[2]})
+            return _VALUES[spec[1]](**{f: self.lift(store, getattr(value, kebab(f)), s) for f, s in spec[2]})
         if tag == "h":
             host = value.to_host(store)
             if host.type != KIND_IDS[spec[1]] or host.rep not in self.handles.objs:
@@ -211,9 +212,8 @@ class Guest:
             fut.cancel()
         self.pending.clear()
 
-    async def _invoke(self, module: str, name: str, fn: Callable[..., Any], values: list[Any]) -> Any:
-        args, kwargs = _bind(fn, values)
-        return await host_api.invoke(module, name, fn, args, kwargs, runner=self.runner)
+    async def _invoke(self, module: str, name: str, fn: Callable[..., Any], args: list[Any]) -> Any:
+        return await host_api.invoke(module, name, fn, args, runner=self.runner)
 
     # -- output ------------------------------------------------------------------------------
 
@@ -240,14 +240,6 @@ class Guest:
         self.loop.call_soon_threadsafe(self.inst.emit, Event(stream, text))
 
 
-def _bind(fn: Callable[..., Any], values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
-    """WIT passes every parameter in order; keyword-only ones go by name."""
-    params = list(inspect.signature(fn).parameters.values())
-    args = [v for p, v in zip(params, values) if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    kwargs = {p.name: v for p, v in zip(params, values) if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return args, kwargs
-
-
 def _error(exc: BaseException) -> wc.Record:
     errors = [t for t in host_api.VALUE_TYPES if isinstance(t, type) and issubclass(t, BaseException)]
     cls = next((c for c in type(exc).__mro__ if c in errors), Exception)
@@ -267,17 +259,3 @@ def _probe(value: Any, kind: Any) -> wc.Variant:
         return wc.Variant("entropy", float(value))
     return wc.Variant("embedding" if kind is not None and kind.name == "EMBEDDING" else "logprobs",
                       [float(v) for v in value])
-
-
-def _enum(name: str) -> Any:
-    from pie_core import values
-
-    return getattr(values, name)
-
-
-def _record(name: str) -> Any:
-    from pie_core.grammar.source import GrammarSource
-    from pie_core import values
-    from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
-
-    return {"GrammarSource": GrammarSource, "ToolCallSyntax": ToolCallSyntax}.get(name) or getattr(values, name)

@@ -45,7 +45,7 @@ class GuestLoop(asyncio.BaseEventLoop):
         return [calls[i] for i in _poll.wait(calls, ms)]
 
     def _process_events(self, event_list: list) -> None:
-        from pie_guest.call import error
+        from pie_guest.transport import error
 
         for call in event_list:
             finish, fut = self._calls.pop(call)

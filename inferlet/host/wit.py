@@ -1,10 +1,9 @@
-"""How a host function's Python values map onto its WIT types: a small "spec" per parameter
-and result, derived from the function's type hints.
+"""How a declared host function's Python values map onto its WIT types: a small "spec" per
+parameter and result, derived from the declaration's type hints.
 
-Both ends of the wasm runner convert by the same spec: the guest (code generated at build
-time, :mod:`.build`) between the SDK's values and componentize-py's bindings, the host
-(:mod:`.host`) between wasmtime's values and the engine's. A spec is a plain tuple so that it
-can be written into the guest's source as a literal:
+Both ends of the wasm runner convert by the same spec: the guest's transport (in the component)
+between the SDK's values and componentize-py's bindings, the engine's wasm host
+(``pie_core.runtime.wasm``) between wasmtime's values and the engine's. A spec is a plain tuple:
 
 =========================  ==========================================================
 ``("v",)``                 str, int, float, bool, a ``Literal`` of str: as is
@@ -13,10 +12,10 @@ can be written into the guest's source as a literal:
 ``("l", s)``               a list of ``s`` (``list``, ``Sequence``, ``Iterable``, ``tuple[X, ...]``)
 ``("o", s)``               ``s | None`` (``option<s>``)
 ``("t", (s, ...))``        a fixed tuple
-``("r", name, ((f, s), ...))``  a record: a dataclass of :mod:`pie_core.values` and friends
+``("r", name, ((f, s), ...))``  a record: a dataclass of :data:`~inferlet.host.types.RECORDS`
 ``("e", name)``            an ``IntEnum`` (a WIT ``enum``)
 ``("p",)``                 a probe value (the ``probe-value`` variant, picked by Python type)
-``("h", kind)``            an engine object the guest holds as a resource
+``("h", kind)``            a handle (:class:`~inferlet.host.types.Handle`): a WIT resource
 ``None``                   no value (a ``None`` result)
 =========================  ==========================================================
 """
@@ -31,12 +30,17 @@ import types
 import typing
 from typing import Any, Callable
 
-__all__ = ["Spec", "FunctionSpec", "function_spec", "kebab", "RECORDS"]
+from inferlet.host import types as _types
+
+__all__ = ["Spec", "FunctionSpec", "function_spec", "kebab", "RECORDS", "RESOURCES"]
 
 Spec = Any  # a nested tuple as in the table above, or None
 
-RECORDS = ("SampleSpec", "ProbeSpec", "RequestOutput", "GrammarSource", "ToolCallSyntax")
+RECORDS = tuple(cls.__name__ for cls in _types.RECORDS)
 """Dataclasses that cross by value, as records of the same name."""
+
+RESOURCES: dict[type, str] = {cls: cls.wit for cls in _types.HANDLES}
+"""The WIT resource of each handle kind."""
 
 _JSON = (Any, object, dict, collections.abc.Mapping)
 _LISTS = (list, tuple, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Collection)
@@ -56,13 +60,14 @@ class FunctionSpec:
     is_async: bool
 
 
-def function_spec(fn: Callable[..., Any], handles: dict[type, str]) -> FunctionSpec:
-    """The spec of host function ``fn``; ``handles`` maps engine classes to resource names.
+def function_spec(fn: Callable[..., Any], handles: dict[type, str] = RESOURCES) -> FunctionSpec:
+    """The spec of host function ``fn`` (a declaration's stub); ``handles`` maps handle classes
+    to resource names.
 
     Raises:
         TypeError: A hint has no WIT mapping (the contract test names it too).
     """
-    names = {cls.__name__: cls for cls in handles}  # names a host module imports only for type checking
+    names = {cls.__name__: cls for cls in handles}  # names a module imports only for type checking
     hints = typing.get_type_hints(fn, localns=names)
     params = tuple((p.name, _spec(hints.get(p.name, Any), handles, fn, p.name))
                    for p in inspect.signature(fn).parameters.values())

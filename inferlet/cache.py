@@ -1,0 +1,77 @@
+"""What the SDK knows of a context's KV cache without asking the engine: its handle, its page
+size and its length.
+
+The length changes only by what the SDK itself does (a pass appends its tokens less the drafts
+it dropped, a truncation removes some), so the SDK keeps it and a decode step costs no host call
+to read it. Where the SDK cannot know (a pass that failed part-way, a context opened from a
+snapshot), the next read asks the engine once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferlet.host import context as _host
+from inferlet.host.errors import PieError
+
+__all__ = ["KvCache"]
+
+
+class KvCache:
+    """One context's KV cache as the SDK sees it.
+
+    Args:
+        handle: The engine's context (a :class:`~inferlet.host.types.Context` handle).
+        page_size: Tokens per page, if known (the engine is asked on first use otherwise).
+        length: Tokens in the cache, if known.
+    """
+
+    __slots__ = ("handle", "_page_size", "_length", "released")
+
+    def __init__(self, handle: Any, page_size: int | None = None, length: int | None = None) -> None:
+        self.handle = handle
+        self._page_size = page_size
+        self._length = length
+        self.released = False
+
+    @property
+    def page_size(self) -> int:
+        """Tokens per KV page."""
+        if self._page_size is None:
+            self._page_size = _host.page_size(self.handle)
+        return self._page_size
+
+    @property
+    def length(self) -> int:
+        """Tokens in the KV cache (committed and working)."""
+        self.check_live()
+        if self._length is None:
+            self._length = _host.seq_len(self.handle)
+        return self._length
+
+    def grew(self, n: int) -> None:
+        """A pass appended ``n`` tokens."""
+        if self._length is not None:
+            self._length += n
+
+    def shrank(self, n: int) -> None:
+        """A truncation dropped ``n`` tokens."""
+        if self._length is not None:
+            self._length -= n
+
+    def forget(self) -> None:
+        """The length is unknown now (a pass failed part-way): ask the engine next time."""
+        self._length = None
+
+    def check_live(self) -> None:
+        """Raise when the context was released.
+
+        Raises:
+            PieError: It was.
+        """
+        if self.released:
+            raise PieError("this context was released; create a new Context")
+
+    def clone(self, handle: Any) -> KvCache:
+        """The view of a fork: same page size and length, another handle."""
+        return KvCache(handle, self._page_size, self._length)

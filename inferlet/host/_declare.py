@@ -1,0 +1,74 @@
+"""``@host``: turn a typed stub into the host function the SDK calls.
+
+A declaration is a function with a signature, type hints and a docstring and no body. The
+decorator records it and returns a function with the same signature that sends ``(interface,
+name)`` and every argument, in declared order, through the installed transport
+(:mod:`inferlet.host.transport`). The forwarding function is compiled from the signature, so a
+call costs one tuple and one method call, and ``help()`` shows the declaration.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from inferlet.host.transport import SLOT, Key
+
+__all__ = ["host", "Declaration", "DECLARED"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """One host function as declared.
+
+    Attributes:
+        key: ``(interface, name)``.
+        stub: The declared function itself (its signature, hints and docstring).
+        function: What the SDK calls: the stub's signature, forwarding to the transport.
+        is_async: A coroutine host function (``async def``).
+    """
+
+    key: Key
+    stub: Callable[..., Any]
+    function: Callable[..., Any]
+    is_async: bool
+
+    @property
+    def parameters(self) -> list[inspect.Parameter]:
+        return list(inspect.signature(self.stub).parameters.values())
+
+
+DECLARED: dict[Key, Declaration] = {}
+"""Every declared host function, filled as the interface modules are imported."""
+
+
+def host(stub: F) -> F:
+    """Declare ``stub`` as host function ``(<its module's last name>, <its name>)``.
+
+    Raises:
+        TypeError: A parameter is not positional-or-keyword (every transport passes the
+            arguments in declared order), or the name is declared twice.
+    """
+    key = (stub.__module__.rpartition(".")[2], stub.__name__)
+    if key in DECLARED:
+        raise TypeError(f"host function {key[0]}.{key[1]} is declared twice")
+    params = list(inspect.signature(stub).parameters.values())
+    odd = [p.name for p in params if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if odd:
+        raise TypeError(f"{key[0]}.{key[1]}: parameters {odd} must be plain positional-or-keyword ones")
+    is_async = inspect.iscoroutinefunction(stub)
+    names = [p.name for p in params]
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    signature = ", ".join(f"{n}=_defaults[{n!r}]" if n in defaults else n for n in names)
+    args = "(" + "".join(f"{n}, " for n in names) + ")"
+    send = f"await _slot.transport.call_async(_key, {args})" if is_async else f"_slot.transport.call(_key, {args})"
+    source = f"{'async ' if is_async else ''}def {key[1]}({signature}):\n    return {send}\n"
+    namespace: dict[str, Any] = {"_slot": SLOT, "_key": key, "_defaults": defaults}
+    exec(compile(source, f"<host function {key[0]}.{key[1]}>", "exec"), namespace)  # noqa: S102 - our own text
+    function = functools.wraps(stub)(namespace[key[1]])
+    DECLARED[key] = Declaration(key, stub, function, is_async)
+    return function  # type: ignore[return-value]

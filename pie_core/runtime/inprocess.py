@@ -1,0 +1,41 @@
+"""The in-process host transport: an inferlet's host calls are the engine's own functions.
+
+``pie run`` (and every in-process inferlet of ``pie serve --isolation inprocess``) runs inferlets
+as tasks on the engine's event loop, so a call is a direct call of
+``pie_core.host.<interface>.<name>`` with nothing converted or checked beyond what the function
+checks itself (the caller is trusted code in the engine's process). The instance a call serves
+is the one bound to the calling task (:func:`pie_core.host.binding.current`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from inferlet.host import entry
+from inferlet.host import transport as _transport
+from pie_core.runtime import host_api
+
+__all__ = ["InProcessTransport", "install"]
+
+
+class InProcessTransport:
+    """Calls the engine's implementation of each declared function directly."""
+
+    blocking = None  # inferlets share the engine's loop: nothing may block it
+
+    def __init__(self) -> None:
+        self._functions: dict[tuple[str, str], Callable[..., Any]] = host_api.host_functions()
+
+    def call(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        return self._functions[key](*args)
+
+    def call_async(self, key: tuple[str, str], args: tuple[Any, ...]) -> Awaitable[Any]:
+        return self._functions[key](*args)
+
+
+def install() -> None:
+    """Make the in-process transport this process's, unless a transport is installed already
+    (a process that runs inferlets in-process runs no other kind; a test may have installed its
+    own to observe or override calls)."""
+    if _transport.installed() is None:
+        entry.install(InProcessTransport())
