@@ -20,7 +20,9 @@ spread over the launch order. All are launched at once, in one process, with
 The dummy backend has no compute to speak of (~2.5 ms per batch of 16), so by default each
 batch also sleeps ``--step-ms`` + ``--token-us`` per token in the backend thread (a GPU-like
 step: a fixed cost plus a small one per token, which makes replays and prefill cost time) and
-each page copy ``--copy-us``. The cpu backend takes the time it takes.
+each page copy ``--copy-us``: the dummy's ``step_ms``, ``token_us`` and ``copy_us`` backend
+options (``pie run --dummy --backend-option step_ms=10`` does the same). The cpu backend takes
+the time it takes.
 
 Measured per configuration: completed and failed inferlets, decode tok/s (tokens of completed
 inferlets over the wall time from launch to the last finish), p50/p99 latency (launch to
@@ -178,24 +180,6 @@ class Probe:
         }
 
 
-def simulate_step_time(model: LoadedModel, step_ms: float, token_us: float, copy_us: float) -> None:
-    """Make each batch take ``step_ms`` + ``token_us`` per token longer, and each page copy
-    ``copy_us`` (the sleeps run in the backend thread, as a real backend's work would)."""
-    forward, copy = model.batcher._forward, model.batcher._copy_pages
-
-    def timed_forward(batch: Any) -> Any:
-        time.sleep((step_ms * 1e3 + token_us * batch.num_tokens) / 1e6)
-        return forward(batch)
-
-    def timed_copy(kind: Any, src: Any, dst: Any) -> None:
-        time.sleep(copy_us * len(src) / 1e6)
-        assert copy is not None
-        copy(kind, src, dst)
-
-    model.batcher._forward = timed_forward
-    model.batcher._copy_pages = timed_copy
-
-
 def run_config(engine: Engine, config: str, run: int, args: argparse.Namespace) -> dict[str, Any]:
     """One configuration once: launch the N generators together and measure them."""
     model = next(iter(engine.models.values()))
@@ -257,13 +241,18 @@ def run_config(engine: Engine, config: str, run: int, args: argparse.Namespace) 
 
 def make_engine(args: argparse.Namespace, pages: int) -> Engine:
     dtype = "float32" if args.backend == "dummy" else "auto"  # "auto": each backend's best precision
-    options = BackendOptions(dtype=dtype, kv_pages=pages, page_size=args.page_size, host_pages=args.host_pages)
+    options = BackendOptions(dtype=dtype, kv_pages=pages, page_size=args.page_size, host_pages=args.host_pages,
+                             extra=dummy_timing(args) if args.backend == "dummy" else {})
     engine = Engine(args.backend, options=options)
     log(f"loading the default model on {args.backend} with {pages} KV pages")
-    model = engine.load(None)
-    if args.backend == "dummy":
-        simulate_step_time(model, args.step_ms, args.token_us, args.copy_us)
+    engine.load(None)
     return engine
+
+
+def dummy_timing(args: argparse.Namespace) -> dict[str, float]:
+    """The dummy backend's timing options (``pie_core.backend_kit.dummy``) from ``--step-ms``,
+    ``--token-us`` and ``--copy-us``."""
+    return {"step_ms": args.step_ms, "token_us": args.token_us, "copy_us": args.copy_us}
 
 
 def median(runs: list[dict[str, Any]]) -> dict[str, Any]:

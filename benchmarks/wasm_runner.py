@@ -12,8 +12,8 @@
    (``runtime.instance_id()``) inside itself; the cost per call under each runner.
 4. **Decode**: ``--n`` concurrent inferlets each decode ``--tokens`` tokens (argmax, no stop);
    total tok/s per runner, and the ratio wasm / in-process. The dummy backend sleeps
-   ``--step-ms`` per batch (a GPU-like step), so the ratio shows what the runner costs when the
-   model is not the bottleneck.
+   ``--step-ms`` per batch (a GPU-like step: its ``step_ms`` backend option), so the ratio shows
+   what the runner costs when the model is not the bottleneck.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from market import simulate_step_time
-
 from pie_core.engine.engine import Engine
+from pie_core.hookspec import BackendOptions
 from pie_core.host.binding import HostInstance
 from pie_core.runtime.instance import run_inferlet
 from pie_core.runtime.manifest import load_manifest
@@ -101,10 +100,8 @@ def cold_build() -> dict[str, float]:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    engine = Engine("dummy")
-    model = engine.load(None)
-    if args.step_ms:
-        simulate_step_time(model, args.step_ms, 0.0, 0.0)
+    engine = Engine("dummy", options=BackendOptions(dtype="auto", extra={"step_ms": args.step_ms}))
+    engine.load(None)
     wasm = WasmLauncher()
     await wasm.host()
     process = ProcessLauncher(WorkerLimits(wall_s=600, cpu_s=600, memory_mb=4096))

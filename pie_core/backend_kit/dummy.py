@@ -9,11 +9,25 @@ masks, seeds and every sampler and probe kind behave exactly as on a real backen
 Adapters are held (created, loaded, saved, moved by zo, destroyed, refused when unknown) as the
 contract says, but they do not change the logits: there are no weights to adapt.
 Registered as the ``dummy`` entry point of ``pie.backends``.
+
+Its compute takes almost no time, so to stand in for a real model in overhead benchmarks it can
+be told how long work takes. Keys of ``BackendOptions.extra`` (``--backend-option KEY=VALUE`` on
+``pie run`` and ``pie serve``), all optional, each a number >= 0 (default 0: no added time):
+
+- ``step_ms``: milliseconds every forward batch sleeps (a fixed cost per step, like a GPU's);
+- ``token_us``: microseconds added per input token of the batch (prefill and replays cost more);
+- ``copy_us``: microseconds per page a ``pie_backend_copy_pages`` call sleeps (offload, restore).
+
+The sleeps run inside the hooks, so on the engine's backend thread, as a real backend's compute
+would: ``pie run --dummy --backend-option step_ms=10 --backend-option token_us=20 ...``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -28,11 +42,13 @@ from pie_core.hookspec import (
     Capabilities,
     CopyKind,
     ForwardBatch,
+    SamplerKind,
     hookimpl,
 )
 from pie_core.models.spec import ModelSpec
 
-__all__ = ["DummyBackend", "dummy_logits", "dummy_embeddings", "page_bytes", "TOKEN_BYTES"]
+__all__ = ["DummyBackend", "DummyTiming", "TIMING_OPTIONS", "dummy_logits", "dummy_embeddings", "page_bytes",
+           "TOKEN_BYTES"]
 
 _TABLE_SEED = 0x5EED
 
@@ -110,6 +126,54 @@ def page_bytes(page_size: int) -> int:
     return TOKEN_BYTES * page_size
 
 
+TIMING_OPTIONS = {
+    "step_ms": "milliseconds per forward batch",
+    "token_us": "microseconds per input token of a batch",
+    "copy_us": "microseconds per copied page",
+}
+"""The dummy's backend options and what each one's number means."""
+
+
+def _duration(key: str, value: Any) -> float:
+    number = math.nan
+    if not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"dummy backend option {key}={value!r}: expected a number >= 0 ({TIMING_OPTIONS[key]}), "
+                         f"e.g. --backend-option {key}=10")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class DummyTiming:
+    """How long the dummy pretends its work takes (see the module docstring); all zero by default."""
+
+    step_ms: float = 0.0
+    token_us: float = 0.0
+    copy_us: float = 0.0
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any]) -> DummyTiming:
+        """The timing ``BackendOptions.extra`` asks for.
+
+        Raises:
+            ValueError: A key is not one of :data:`TIMING_OPTIONS`, or a value is not a number
+                >= 0 (the message names the option).
+        """
+        unknown = sorted(set(extra) - set(TIMING_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown dummy backend option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(TIMING_OPTIONS))}")
+        return cls(**{key: _duration(key, extra[key]) for key in TIMING_OPTIONS if key in extra})
+
+    def forward_s(self, num_tokens: int) -> float:
+        """Seconds a forward batch of ``num_tokens`` input tokens sleeps."""
+        return self.step_ms / 1e3 + self.token_us * num_tokens / 1e6
+
+
 _FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload", "adapters", "zo"})
 MAX_ADAPTERS = 32
 MAX_ADAPTER_RANK = 64
@@ -123,9 +187,11 @@ class DummyBackend(AdapterHooks):
     def __init__(self) -> None:
         self._caps: Capabilities | None = None
         self._table = np.zeros(0, dtype=np.float32)
+        self._best = 0  # where the base row of the logits peaks
         self._hidden_table = np.zeros(0, dtype=np.float32)
         self._rng = np.random.default_rng()
         self._adapters: AdapterBank[None] | None = None
+        self.timing = DummyTiming()
 
     @hookimpl
     def pie_backend_info(self) -> BackendInfo:
@@ -149,17 +215,20 @@ class DummyBackend(AdapterHooks):
         ``options.kv_memory_bytes``; ``options.host_pages`` as
         :func:`~pie_core.backend_kit.pools.host_pool_pages` says), though they store nothing.
 
+        ``options.extra`` may hold ``step_ms``, ``token_us`` and ``copy_us`` (see the module
+        docstring); they are checked before anything else.
+
         Raises:
-            ValueError: ``page_size`` or ``host_pages`` is out of range, or ``options.extra``
-                names any option (this backend takes none).
+            ValueError: ``page_size`` or ``host_pages`` is out of range, ``options.extra`` names
+                another option, or a timing option is not a number >= 0.
         """
-        if options.extra:
-            raise ValueError(f"unknown dummy backend option(s) {', '.join(sorted(options.extra))}: "
-                             "the dummy backend takes no --backend-option")
+        timing = DummyTiming.from_extra(options.extra)
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
+        self.timing = timing
         self._adapters = AdapterBank(spec, lambda tensors, scaling: None, MAX_ADAPTERS, MAX_ADAPTER_RANK)
         self._table = _table(spec.vocab_size)
+        self._best = int(np.argmax(self._table[: spec.vocab_size]))
         self._hidden_table = _embedding_table(spec.hidden_size)
         self._caps = Capabilities(
             page_size=options.page_size,
@@ -189,7 +258,8 @@ class DummyBackend(AdapterHooks):
 
     @hookimpl
     def pie_backend_forward(self, batch: ForwardBatch) -> BatchOutput:
-        """Sample and probe the requested rows from the dummy logits.
+        """Sample and probe the requested rows from the dummy logits, after sleeping ``step_ms``
+        plus ``token_us`` per input token (when set).
 
         Raises:
             RuntimeError: No model is loaded yet.
@@ -207,6 +277,10 @@ class DummyBackend(AdapterHooks):
         pages = batch.kv_page_indices
         if pages.size and (pages.min() < 0 or pages.max() >= caps.num_pages):
             raise ValueError(f"kv_page_indices must be in [0, {caps.num_pages})")
+        if pause := self.timing.forward_s(n):
+            time.sleep(pause)  # the compute a real model would do here
+        if self._greedy_only(batch):  # every row is argmax, unmasked, unprobed: no logits needed
+            return BatchOutput(tokens=self._greedy(batch))
         logits = dummy_logits(self._table, batch.token_ids[rows], batch.positions[rows])
         hrows = hidden_rows(batch)
         if hrows.size and (hrows[0] < 0 or hrows[-1] >= n):
@@ -214,9 +288,24 @@ class DummyBackend(AdapterHooks):
         hidden = dummy_embeddings(self._hidden_table, batch.token_ids[hrows], batch.positions[hrows])
         return sample_and_probe(batch, rows, logits, self._rng, hidden)
 
+    @staticmethod
+    def _greedy_only(batch: ForwardBatch) -> bool:
+        return (batch.logit_masks is None and len(batch.probe_rows) == 0
+                and bool(np.all(np.asarray(batch.sampler_kind) == SamplerKind.ARGMAX)))
+
+    def _greedy(self, batch: ForwardBatch) -> np.ndarray:
+        """The argmax of each sample row's logits without making them: a row is the base row
+        rotated by ``offset``, so its maximum sits ``offset`` places before the base row's (the
+        base row's maximum is unique: its values are random floats)."""
+        width = self._table.shape[0] // 2
+        rows = np.asarray(batch.sample_rows)
+        offsets = _offsets(batch.token_ids[rows], batch.positions[rows], width)
+        best = (self._best - offsets) % width
+        return np.repeat(best, np.asarray(batch.draws, dtype=np.int64)).astype(np.int32)
+
     @hookimpl
     def pie_backend_copy_pages(self, kind: CopyKind, src: np.ndarray, dst: np.ndarray) -> None:
-        """Check the page ids of a copy (there is nothing to copy).
+        """Check the page ids of a copy (there is nothing to copy), then sleep ``copy_us`` per page.
 
         Raises:
             ValueError: Lengths differ or an id is out of range for its pool.
@@ -237,6 +326,8 @@ class DummyBackend(AdapterHooks):
             ids = np.asarray(ids)
             if ids.size and (ids.min() < 0 or ids.max() >= limit):
                 raise ValueError(f"{what} page ids must be in [0, {limit}) for {kind.name}")
+        if self.timing.copy_us and len(src):
+            time.sleep(self.timing.copy_us * len(src) / 1e6)
 
     def _loaded(self) -> Capabilities:
         if self._caps is None:

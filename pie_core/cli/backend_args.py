@@ -57,8 +57,8 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a backend-specific option, e.g. quant=int8 or threads=2 for torch (repeatable; "
-        "true/false and integers are converted)",
+        help="a backend-specific option, e.g. quant=int8 or threads=2 for torch, step_ms=10 for the dummy "
+        "(repeatable; true/false and integers are converted)",
     )
     p.add_argument("--kv-pages", metavar="N",
                    help="KV pages in the device pool, N >= 1 (default: engine.kv_pages, or as many as fit in engine.kv_memory)")

@@ -6,6 +6,9 @@ terminal the bar's label follows the phase, and a phase without byte counts (the
 converting weights) shows a pulsing bar and the time elapsed instead of sitting at 100%. When
 stderr is not a terminal (logs, CI, pipes) each phase is one line, so a slow load is never
 silent.
+
+The wasm sandbox's component is built the first time it is used (tens of seconds, then cached):
+:func:`wasm_build_notice` is the callback that says so in one line.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Iterator
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -21,7 +25,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 if TYPE_CHECKING:
     from pie_core.engine.engine import Engine, LoadedModel
 
-__all__ = ["LoadReporter", "loading_bar", "load_model"]
+__all__ = ["LoadReporter", "loading_bar", "load_model", "wasm_build_notice"]
 
 
 class LoadReporter:
@@ -116,3 +120,23 @@ def load_model(engine: Engine, name: str | None, quiet: bool = False, stream: IO
         model = engine.load(name, progress=progress)
     progress.done(f"loaded {model.name} on {engine.backend}")
     return model
+
+
+def wasm_build_notice(quiet: bool = False, stream: IO[str] | None = None) -> Callable[[], None] | None:
+    """The ``on_build`` callback of :class:`~pie_core.runtime.wasm.launcher.WasmLauncher`: one line
+    on ``stream`` (default stderr) before the sandbox's first build, so the wait is not a silent
+    hang; ``None`` (nothing printed) when ``quiet``. Nothing is printed when the build is cached."""
+    if quiet:
+        return None
+
+    def notice() -> None:
+        from pie_core.models.weights_cache import cache_dir
+
+        folder = cache_dir() / "wasm"
+        try:
+            shown = f"~/{folder.relative_to(Path.home())}"
+        except ValueError:
+            shown = str(folder)
+        print(f"building the wasm sandbox (first use, ~30 s; cached in {shown})...", file=stream or sys.stderr, flush=True)
+
+    return notice

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
-from pie_core.cli.progress import load_model
+from pie_core.cli.progress import load_model, wasm_build_notice
 from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
 from pie_core.errors import InvalidInput, Unsupported
@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     load_model(engine, args.model, quiet=args.quiet)
     saver = _FileSaver(Path(args.output_dir), manifest.name)
     printer = _JsonlPrinter(saver) if args.events == "jsonl" else _TextPrinter(saver)
-    final = asyncio.run(_main(engine, manifest, given, printer, files, args.isolation))
+    final = asyncio.run(_main(engine, manifest, given, printer, files, args.isolation, args.quiet))
     return 0 if final.kind == "return" else 1
 
 
@@ -88,7 +88,7 @@ def _read_file(path: str) -> bytes:
 
 
 async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: Any, files: list[bytes],
-                isolation: str = "inprocess") -> Event:
+                isolation: str = "inprocess", quiet: bool = False) -> Event:
     inst = equip_for_spawn(HostInstance(engine=engine, emit=printer))  # spawn finds folders and examples by name
     for data in files:
         inst.files.put_nowait(data)
@@ -97,7 +97,7 @@ async def _main(engine: Engine, manifest: Any, given: dict[str, Any], printer: A
         if isolation == "wasm":
             from pie_core.runtime.wasm.launcher import run_wasm
 
-            return await run_wasm(engine, manifest, given, inst)
+            return await run_wasm(engine, manifest, given, inst, on_build=wasm_build_notice(quiet))
         return await run_inferlet(engine, manifest, given, printer, instance=inst)
     finally:
         await engine.close()

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import ipaddress
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from pie_core.cli.backend_args import add_backend_arguments, engine_options
-from pie_core.cli.progress import load_model
+from pie_core.cli.progress import load_model, wasm_build_notice
 from pie_core.errors import InvalidInput, Unsupported
 
 __all__ = ["register", "is_loopback"]
@@ -71,6 +73,36 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _port_in_use(host: str, port: int) -> InvalidInput:
+    return InvalidInput(f"port {port} on {host} is in use (another pie serve?): pick another with --port "
+                        "(--port 0 picks a free one)")
+
+
+def _refuse_busy_port(host: str, port: int) -> None:
+    """Fail before the model loads when ``host:port`` is taken (the server's own bind still
+    decides: the port may be taken in between).
+
+    Raises:
+        InvalidInput: Another socket listens on the port.
+    """
+    if port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # a host that does not resolve: the server's bind reports it
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise _port_in_use(host, port) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     from pie_core.engine.engine import Engine
     from pie_core.server import Authenticator, PieServer, ServerOptions
@@ -93,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     engine = Engine(engine_opts.backend_name, policy=args.policy, **engine_opts.engine_kwargs())
+    _refuse_busy_port(args.host, args.port)  # a port another server holds stops us before the model loads too
     load_model(engine, args.model)
     options = ServerOptions(host=args.host, port=args.port, data_dir=args.data_dir, status_interval=args.status_interval,
                             quotas=quotas, cors=cors)
@@ -104,13 +137,21 @@ def _serve(args: argparse.Namespace) -> int:
         from pie_core.runtime.wasm.host import GuestLimits
         from pie_core.runtime.wasm.launcher import WasmLauncher
 
-        launcher: Any = WasmLauncher(GuestLimits(wall_s=limits.wall_s, memory_mb=limits.memory_mb))
+        launcher: Any = WasmLauncher(GuestLimits(wall_s=limits.wall_s, memory_mb=limits.memory_mb),
+                                     on_build=wasm_build_notice())
     else:
         launcher = ProcessLauncher(limits) if args.isolation == "process" else InProcessLauncher()
     server = PieServer(engine, options, auth=auth, console=console, launcher=launcher)
 
     async def run() -> None:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            await server.close()  # the engine's threads stop too
+            if exc.errno == errno.EADDRINUSE:  # taken since _refuse_busy_port looked
+                raise _port_in_use(args.host, args.port) from None
+            raise InvalidInput(f"cannot listen on port {args.port} on {args.host}: {exc.strerror or exc}; "
+                               "pick another --host or --port") from None
         if isinstance(launcher, ProcessLauncher):
             launcher.warm_up()  # the zygote imports Pie while the server waits for its first client
         elif args.isolation == "wasm":

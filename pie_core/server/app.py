@@ -115,7 +115,12 @@ class PieServer:
         return f"ws://{self.options.host}:{self.port}"
 
     async def start(self) -> None:
-        """Bind and start accepting connections."""
+        """Bind and start accepting connections.
+
+        Raises:
+            OSError: The address cannot be bound; ``errno.EADDRINUSE`` when another socket
+                listens on the port (``pie serve`` turns that into a one-line error).
+        """
         self._connections = HttpConnections(self._http, self._http_admit, observe=self.request_metrics.response)
         self._server = await serve(
             self._handle,

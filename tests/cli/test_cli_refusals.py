@@ -3,6 +3,8 @@ backend does not take, a dtype it cannot compute in, inferlet parameters without
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pie_backend_cpu import CpuBackend
@@ -17,24 +19,34 @@ def _one_error_line(err: str) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("backend", [CpuBackend, DummyBackend])
-def test_backends_without_options_refuse_any_option_before_reading_weights(backend, tiny_model):
+@pytest.mark.parametrize(("backend", "known"), [(CpuBackend, ": the cpu backend takes no"),
+                                                 (DummyBackend, "; known: copy_us, step_ms, token_us")])
+def test_backends_refuse_an_option_they_do_not_take_before_reading_weights(backend, known, tiny_model):
     spec = GGUFCheckpoint(tiny_model).spec
 
     def never_read():
         raise AssertionError("weights were read")
         yield  # pragma: no cover
 
-    with pytest.raises(ValueError, match=r"unknown \w+ backend option\(s\) bogus, threads: the \w+ backend takes no"):
+    with pytest.raises(ValueError, match=r"unknown \w+ backend option\(s\) bogus, threads" + re.escape(known)):
         backend().pie_backend_load_model(spec, never_read(), BackendOptions(extra={"threads": 2, "bogus": True}))
 
 
-@pytest.mark.parametrize("flags", [["--backend", "cpu"], ["--dummy"]])
-def test_an_unknown_backend_option_is_one_line(pie, tiny_model, flags):
+@pytest.mark.parametrize(("flags", "known"), [(["--backend", "cpu"], "takes no --backend-option"),
+                                              (["--dummy"], "known: copy_us, step_ms, token_us")])
+def test_an_unknown_backend_option_is_one_line(pie, tiny_model, flags, known):
     r = pie("run", "hello-world", "--model", str(tiny_model), *flags, "--backend-option", "quant=int8")
     assert r.code == 1 and r.out == ""
     line = _one_error_line(r.err)
-    assert "backend option(s) quant" in line and "takes no --backend-option" in line
+    assert "backend option(s) quant" in line and known in line
+
+
+@pytest.mark.parametrize("value", ["-5", "slow", "true"])
+def test_a_bad_dummy_timing_option_is_one_line_naming_it(pie, tiny_model, value):
+    r = pie("run", "hello-world", "--model", str(tiny_model), "--dummy", "--backend-option", f"step_ms={value}")
+    assert r.code == 1 and r.out == ""
+    line = _one_error_line(r.err)
+    assert "dummy backend option step_ms=" in line and "expected a number >= 0" in line
 
 
 def test_float16_on_the_cpu_backend_is_one_line_naming_the_dtypes_it_takes(pie, tiny_model):

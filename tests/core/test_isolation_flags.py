@@ -28,7 +28,8 @@ def quiet_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_pie_run_isolation_wasm_runs_the_example_in_the_sandbox(quiet_home, capsys, monkeypatch) -> None:
     seen: list[str] = []
     real = build.component_path
-    monkeypatch.setattr("pie_core.runtime.wasm.launcher.component_path", lambda cache: seen.append("built") or real(cache))
+    monkeypatch.setattr("pie_core.runtime.wasm.launcher.component_path",
+                        lambda cache, on_build=None: seen.append("built") or real(cache, on_build))
     code = main(["run", "hello-world", "--dummy", "--quiet", "--isolation", "wasm", "--", "--name", "sandbox"])
     assert (code, capsys.readouterr().out.strip(), seen) == (0, "hello sandbox", ["built"])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pie_core.engine.engine import Engine
@@ -30,12 +31,15 @@ _MAX_ERROR = 16 * 1024  # characters of a guest's error text that reach the clie
 class WasmLauncher:
     """Runs inferlets in the wasm sandbox under ``limits``; the component is built (or taken
     from the cache) on the first start, off the event loop, unless ``host`` is given (launchers
-    with different limits may share one)."""
+    with different limits may share one). ``on_build`` is called, in the building thread, just
+    before a build that is not cached (tens of seconds; the CLI prints a line to say so)."""
 
-    def __init__(self, limits: GuestLimits | None = None, *, host: WasmHost | None = None) -> None:
+    def __init__(self, limits: GuestLimits | None = None, *, host: WasmHost | None = None,
+                 on_build: Callable[[], None] | None = None) -> None:
         self.limits = limits or GuestLimits()
         self._host = host
         self._host_lock = asyncio.Lock()
+        self._on_build = on_build
 
     def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
         coro = self._run(manifest, args, instance)
@@ -47,7 +51,8 @@ class WasmLauncher:
             if self._host is None:
                 from pie_core.models.weights_cache import cache_dir
 
-                self._host = await asyncio.to_thread(lambda: WasmHost(component_path(cache_dir())))
+                cache, on_build = cache_dir(), self._on_build
+                self._host = await asyncio.to_thread(lambda: WasmHost(component_path(cache, on_build=on_build)))
             return self._host
 
     async def aclose(self) -> None:
@@ -102,8 +107,9 @@ class WasmLauncher:
 
 
 async def run_wasm(engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance,
-                   limits: GuestLimits | None = None) -> Event:
-    """Run one inferlet in the sandbox to its end (``pie run --isolation wasm``).
+                   limits: GuestLimits | None = None, on_build: Callable[[], None] | None = None) -> Event:
+    """Run one inferlet in the sandbox to its end (``pie run --isolation wasm``); ``on_build`` as
+    for :class:`WasmLauncher`.
 
     Raises:
         Unsupported: The wasm toolchain is not installed (the message says what to install).
@@ -111,4 +117,4 @@ async def run_wasm(engine: Engine, manifest: Manifest, args: dict[str, Any], ins
     missing = toolchain_missing()
     if missing:
         raise Unsupported(missing)
-    return await WasmLauncher(limits).start(engine, manifest, args, instance)
+    return await WasmLauncher(limits, on_build=on_build).start(engine, manifest, args, instance)
