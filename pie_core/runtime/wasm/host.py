@@ -9,8 +9,9 @@ every WIT import is the engine's host function of the same name, run on the engi
 - Engine objects cross as resources of :data:`~.build.RESOURCES`; the guest holds only their
   number, and a number the engine never gave this instance is refused.
 - A host error crosses as the ``error`` record and is raised in the guest as its class.
-- The guest has no filesystem but ``/inferlet`` (its own folder, read-only) and ``/scratch``
-  (its user's scratch directory), no sockets and no subprocesses (WASI gives none); its
+- The guest has no filesystem but ``/inferlet`` (its own folder, read-only), ``/python`` (the
+  standard library built with the component, read-only) and ``/scratch`` (its user's
+  scratch directory), no sockets and no subprocesses (WASI gives none); its
   memory is capped by the store's limits and its time by epochs (the engine's clock ticks
   every :data:`TICK_S`).
 """
@@ -31,9 +32,10 @@ from wasmtime import component as wc
 
 from inferlet import host as declared
 from inferlet.host.wit import function_spec, kebab
-from pie_core.errors import PieError
+from pie_core.errors import PieError, Unsupported
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime import host_api
+from pie_core.runtime.wasm.build import stdlib_path
 from pie_core.runtime.wasm.imports import KIND_IDS, Guest
 
 __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
@@ -65,10 +67,18 @@ class WasmHost:
 
     Args:
         component: The ``.wasm`` file (:func:`~.build.component_path`); its compiled form is
-            cached beside it (``.cwasm``), keyed by the wasmtime version.
+            cached beside it (``.cwasm``), keyed by the wasmtime version, and its standard
+            library too (:func:`~.build.stdlib_path`), mounted read-only at ``/python``.
+
+    Raises:
+        Unsupported: The standard-library folder beside ``component`` is missing.
     """
 
     def __init__(self, component: Path) -> None:
+        self.stdlib = stdlib_path(component)
+        if not (self.stdlib / "os.py").is_file():
+            raise Unsupported(f"the guest's standard library {self.stdlib} is missing beside {component.name}; "
+                              f"delete {component} and start again to rebuild both (component_path does)")
         config = wasmtime.Config()
         config.epoch_interruption = True
         self.engine = wasmtime.Engine(config)
@@ -113,6 +123,7 @@ class WasmHost:
         store = wasmtime.Store(self.engine)
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
+        wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
         wasi.preopen_dir(scratch, "/scratch")
         wasi.stdout_custom = guest.output("stdout")
         wasi.stderr_custom = guest.output("stderr")
