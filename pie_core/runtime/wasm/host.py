@@ -29,19 +29,14 @@ from typing import Any, Callable
 import wasmtime
 from wasmtime import component as wc
 
-from inferlet import host as declared
-from inferlet.host.wit import function_spec, kebab
-from pie_core.errors import PieError
 from pie_core.host.binding import HostInstance, bind, unbind
-from pie_core.runtime import host_api
-from pie_core.runtime.wasm.imports import KIND_IDS, Guest
+from pie_core.runtime.wasm import linking
+from pie_core.runtime.wasm.imports import Guest
 
 __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
 
 TICK_S = 0.05
 """Seconds between epoch ticks: how late a guest past its deadline may still run."""
-
-_PACKAGE = "pie:inferlet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +75,7 @@ class WasmHost:
             part = compiled.with_suffix(".part")
             part.write_bytes(self.component.serialize())
             part.replace(compiled)
-        self._types = self._import_types()
+        self._linker = linking.link(self.engine, self._import_types())
         threading.Thread(target=self._tick, name="pie-wasm-epochs", daemon=True).start()
 
     def _tick(self) -> None:
@@ -91,7 +86,7 @@ class WasmHost:
     def _import_types(self) -> dict[tuple[str, str], wc.FuncType]:
         found = {}
         for name, item in self.component.type.imports(self.engine).items():
-            if not name.startswith(_PACKAGE + "/"):
+            if not name.startswith(linking.PACKAGE + "/"):
                 continue
             iface = name.split("/", 1)[1].split("@", 1)[0]
             for fname, ext in item.ty.exports(self.engine).items():
@@ -120,10 +115,10 @@ class WasmHost:
         if limits.memory_mb > 0:
             store.set_limits(memory_size=limits.memory_mb * 2**20)
         store.set_epoch_deadline(max(1, int(limits.wall_s / TICK_S)) if limits.wall_s > 0 else 2**62)
-        linker = self._linker(guest)
+        linking.attach(store, guest)
         token = bind(inst)
         try:
-            instance = linker.instantiate(store, self.component)
+            instance = self._linker.instantiate(store, self.component)
             run = instance.get_func(store, "run")
             outcome = run(store, json.dumps(request))
         except wasmtime.WasmtimeError as exc:
@@ -133,45 +128,11 @@ class WasmHost:
         finally:
             guest.flush()
             guest.cancel_all()
+            linking.detach(store)
             unbind(token)
         if outcome.tag != "ok":  # result<string, string>: both cases are str, so wasmtime tags them
             return GuestResult(False, outcome.payload)
         return GuestResult(True, json.loads(outcome.payload))
-
-    def _linker(self, guest: Guest) -> wc.Linker:
-        linker = wc.Linker(self.engine)
-        linker.add_wasip2()
-        implementations = host_api.host_functions()
-        by_module: dict[str, list[tuple[str, Callable[..., Any], Any]]] = {}
-        for (module, name), decl in sorted(declared.declarations().items()):
-            by_module.setdefault(module, []).append((name, implementations[module, name], function_spec(decl.stub)))
-        with linker.root() as root:
-            with root.add_instance(f"{_PACKAGE}/types@0.1.0") as types:
-                for res, rid in KIND_IDS.items():
-                    types.add_resource(res, wc.ResourceType.host(rid), lambda store, rep: None)
-            with root.add_instance(f"{_PACKAGE}/poll@0.1.0") as poll:
-                poll.add_func("wait", guest.wait)
-                poll.add_func("cancel", guest.cancel)
-            for module, fns in by_module.items():
-                with root.add_instance(f"{_PACKAGE}/{module}@0.1.0") as iface:
-                    for name, fn, spec in fns:
-                        wit = kebab(name)
-                        if spec.is_async:
-                            iface.add_func(wit, guest.starter(module, name, fn, spec.params, self._result(module, wit)))
-                            iface.add_func(f"{wit}-result", guest.finisher(spec.result, self._result(module, f"{wit}-result")))
-                        else:
-                            iface.add_func(wit, guest.caller(module, name, fn, spec.params, spec.result,
-                                                             self._result(module, wit)))
-        return linker
-
-    def _result(self, module: str, wit: str) -> Callable[[bool, Any], Any]:
-        """How the import's ``result<T, error>`` is lowered: wasmtime wants a ``Variant`` only
-        when the two cases cannot be told apart by Python type."""
-        ftype = self._types.get((module, wit))
-        if ftype is None:
-            raise PieError(f"the component does not import {module}.{wit}; rebuild it (the WIT and the host disagree)")
-        tagged = ftype.result._tagged()
-        return (lambda ok, v: wc.Variant("ok" if ok else "err", v)) if tagged else (lambda ok, v: v)
 
 
 def _trap(exc: wasmtime.WasmtimeError, limits: GuestLimits) -> str:
