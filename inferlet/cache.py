@@ -26,13 +26,14 @@ class KvCache:
         length: Tokens in the cache, if known.
     """
 
-    __slots__ = ("handle", "_page_size", "_length", "released")
+    __slots__ = ("handle", "_page_size", "_length", "released", "epoch")
 
     def __init__(self, handle: Any, page_size: int | None = None, length: int | None = None) -> None:
         self.handle = handle
         self._page_size = page_size
         self._length = length
         self.released = False
+        self.epoch = 0  # bumped by every pass and every change of the pages or length
 
     @property
     def page_size(self) -> int:
@@ -58,6 +59,11 @@ class KvCache:
         """A truncation dropped ``n`` tokens."""
         if self._length is not None:
             self._length -= n
+
+    def changed(self) -> None:
+        """A pass ran, or the pages or the length changed: a decode loop the engine ran ahead on
+        the context (``inferlet.host.inference.forward_next``) has ended."""
+        self.epoch += 1
 
     def forget(self) -> None:
         """The length is unknown now (a pass failed part-way): ask the engine next time."""

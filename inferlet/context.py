@@ -184,6 +184,7 @@ class Context:
 
     def truncate(self, n: int) -> None:
         """Drop the trailing ``n`` working-page tokens (committed pages cannot be truncated)."""
+        self._kv.changed()
         _host.truncate(self._handle(), n)
         self._kv.shrank(n)
 
@@ -301,6 +302,7 @@ class Context:
             PieError: A pass on this context is running, or it can be neither copied to host
                 memory nor recomputed (e.g. an adapter it ran with has since changed).
         """
+        self._kv.changed()
         _market.suspend(self._handle())
 
     @property
@@ -313,6 +315,7 @@ class Context:
     def release(self) -> None:
         """Force-destroy this context now: its pages return to the pool."""
         self._kv.released = True
+        self._kv.changed()
         _host.release(self._ctx)
 
     def __del__(self) -> None:
@@ -355,18 +358,22 @@ class RawContext:
 
     def reserve_working_pages(self, n: int) -> None:
         """Pre-allocate ``n`` working pages."""
+        self._kv.changed()
         _host.reserve_working_pages(self._h, n)
 
     def commit_working_pages(self, k: int) -> None:
         """Promote ``k`` full working pages to committed."""
+        self._kv.changed()
         _host.commit_working_pages(self._h, k)
 
     def release_working_pages(self, n: int) -> None:
         """Free ``n`` empty working pages."""
+        self._kv.changed()
         _host.release_working_pages(self._h, n)
 
     def truncate_working_page_tokens(self, n: int) -> None:
         """Drop the last ``n`` tokens (rollback)."""
+        self._kv.changed()
         _host.truncate(self._h, n)
         self._kv.shrank(n)
 

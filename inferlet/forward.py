@@ -16,7 +16,7 @@ from inferlet.pending import Pending
 from inferlet.probes import Probe
 from inferlet.sampler import Sampler
 
-__all__ = ["Forward", "Output", "SampleHandle", "ProbeHandle"]
+__all__ = ["Forward", "Output", "SampleHandle", "ProbeHandle", "next_pass"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +279,7 @@ class Forward:
                 raise InvalidInput(
                     "the context's buffer was run or changed since ctx.forward(flush=True); build the pass again"
                 ) from None
+        self._cache.changed()
         try:
             raw = await _host.forward(
                 self._handle,
@@ -320,3 +321,20 @@ class Forward:
         if view.format == "B" and view.ndim == 1:
             return view.tobytes()
         return _grammar_host.packed_mask(self._model, view.tolist())
+
+
+async def next_pass(cache: KvCache, pending: Pending, token: int) -> RequestOutput:
+    """Run the next pass of the decode loop a pass with run-ahead started on the context
+    (``inferlet.host.inference.forward_next``): ``token``, the only token buffered, at the next
+    position, with the loop's samples and probes; the engine has usually computed it already.
+    The caller made sure the loop still runs (nothing changed the context since its last pass)."""
+    pending.take([token])
+    try:
+        raw = await _host.forward_next(cache.handle)
+    except BaseException:
+        pending.restore([token])
+        cache.forget()
+        cache.changed()
+        raise
+    cache.grew(1)
+    return raw

@@ -9,10 +9,13 @@ from inferlet.host import model as _model
 from inferlet.host import scheduling as _market
 from inferlet import _blocking
 from inferlet._keywords import renamed
+from inferlet.cache import KvCache
 from inferlet.constraints import ConstraintSet, as_schema, parse_json
-from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle
+from inferlet.forward import Forward, Output, ProbeHandle, SampleHandle, next_pass
+from inferlet.pending import Pending
 from inferlet.model import Model
 from inferlet.probes import Probe
+from inferlet.host.types import RequestOutput
 from inferlet.sampler import Sampler
 from inferlet.spec import Speculator
 
@@ -25,6 +28,9 @@ SYSTEM_DRAFTS = 8  # the most the system drafter proposes per step
 
 class Generating(Protocol):
     """What a generator needs of its context (``inferlet.Context`` provides it)."""
+
+    _kv: KvCache
+    _pending: Pending
 
     @property
     def model(self) -> Model: ...
@@ -108,6 +114,8 @@ class Generator:
             )
         self._ctx = ctx
         self._sampler = sampler
+        self._config = 0  # bumped whenever the steps' pass would change (sampler, stop, adapter, probes, ...)
+        self._loop: _Loop | None = None  # the decode loop the engine runs ahead of this generator
         self._max = _check_max(max_tokens)
         self._horizon = _check_horizon(horizon)
         self._speculator = speculator
@@ -132,16 +140,19 @@ class Generator:
     # -- builder -----------------------------------------------------------------------------
     def max_tokens(self, n: int) -> Generator:
         """Hard cap on accepted tokens."""
+        self._config += 1
         self._max = _check_max(n)
         return self
 
     def stop(self, tokens: Iterable[int]) -> Generator:
         """Replace the stop set."""
+        self._config += 1
         self._stop = set(int(t) for t in tokens)
         return self
 
     def add_stop(self, tokens: Iterable[int]) -> Generator:
         """Add to the stop set."""
+        self._config += 1
         self._stop.update(int(t) for t in tokens)
         return self
 
@@ -153,16 +164,19 @@ class Generator:
 
     def adapter(self, a: Any) -> Generator:
         """Apply a LoRA :class:`~inferlet.Adapter` on every step (None = base weights)."""
+        self._config += 1
         self._adapter = a
         return self
 
     def zo_seed(self, seed: int) -> Generator:
         """Run every step with the adapter perturbed by zo seed ``seed`` (see :mod:`inferlet.zo`)."""
+        self._config += 1
         self._zo_seed = seed
         return self
 
     def constrain(self, c: Any) -> Generator:
         """Add a constraint (a Schema, a Constraint, or a list); ANDed with those attached."""
+        self._config += 1
         if self._rules is None:
             self._rules = ConstraintSet(self._ctx.model)
         self._rules.add(c)
@@ -171,6 +185,7 @@ class Generator:
     @renamed(idx="index")
     def probe_each_step(self, index: int, probe: Probe) -> ProbeHandle:
         """Attach ``probe`` to input row ``index`` of every step (-1 = the sampled row)."""
+        self._config += 1
         self._each_step.append((index, probe))
         return ProbeHandle(len(self._each_step) - 1, probe.spec(0).kind)
 
@@ -309,15 +324,15 @@ class Generator:
             return self._horizon - got
         return None if self._max is None else max(0, self._max - got)
 
-    def _announce(self, fwd: Forward) -> None:
+    def _announce(self, cache: KvCache, start: int) -> None:
         """Tell the market what this step's context should grow to. The target (length before
-        the pass + tokens left) stays put from one plain decode step to the next, so this
-        calls the host only on the first steps and when the expectation really changes."""
+        the pass, ``start``, + tokens left) stays put from one plain decode step to the next,
+        so this calls the host only on the first steps and when the expectation really changes."""
         left = self._left()
-        target = None if left is None else fwd.start_position() + left
-        if fwd._cache is not self._told or target != self._target:
-            _market.set_horizon(fwd._cache.handle, left)
-            self._told, self._target = fwd._cache, target
+        target = None if left is None else start + left
+        if cache is not self._told or target != self._target:
+            _market.set_horizon(cache.handle, left)
+            self._told, self._target = cache, target
 
     def _withdraw(self) -> None:
         """Generation ended: the context no longer expects tokens from it."""
@@ -385,6 +400,12 @@ class GenStep:
         if self._executed:
             raise InvalidInput("this generator step was already executed; take the next step")
         gen, ctx = self._gen, self._gen._ctx
+        loop = gen._loop
+        if loop is not None and self._sample and not self._probes and loop.continues(gen):
+            self._executed = True
+            gen._announce(loop.cache, loop.cache.length)
+            return self._fold(await next_pass(loop.cache, ctx._pending, loop.token), loop.handle, [], [], loop)
+        gen._loop = None
         mask = None
         if gen._rules is not None:  # compile (off the loop) and mask first: a dead end runs nothing
             await gen._rules.ready()
@@ -393,7 +414,7 @@ class GenStep:
         n = len(ctx.buffer())
         if not n:
             raise InvalidInput("nothing to run: the context buffer is empty (add a prompt or ctx.cue())")
-        gen._announce(fwd)
+        gen._announce(fwd._cache, fwd.start_position())
         room = gen._draft_room() if self._sample and not self._probes else 0
         drafted, drafts, masks = self._drafts(fwd, n, room) if room else ([], [], [mask])
         for idx, probe in (*gen._each_step, *self._probes):
@@ -411,11 +432,21 @@ class GenStep:
         raw = out.raw
         if handle is None:
             return Output(raw, [], None)
+        loop = _Loop(fwd._cache, handle, gen._config) if fwd._ahead else None
+        return self._fold(raw, handle, drafted, drafts, loop)
+
+    def _fold(self, raw: RequestOutput, handle: SampleHandle, drafted: list[int], drafts: list[int],
+              loop: _Loop | None) -> Output:
+        """Fold the step's sampled tokens into the generator (``drafted``: what the drafter
+        proposed, ``drafts``: what the pass verified); ``loop`` is the decode loop the engine
+        runs ahead from this step on, if any."""
+        gen = self._gen
         if not drafts:
             run = list(raw.tokens[handle.rows[0]])
         else:
             run = [raw.tokens[r][0] for r in handle.rows[: raw.drafts_kept + 1]]
         accepted = gen._fold(run)
+        gen._loop = loop.after(accepted, run) if loop is not None and not gen._done else None
         # drafts the context kept are in its KV already; the rest of the run waits in the buffer
         kept = raw.drafts_kept
         if len(accepted) < kept:  # the drafts were cut to make this impossible
@@ -453,6 +484,33 @@ class GenStep:
             drafts = drafts[: next((i for i, t in enumerate(drafts) if t in gen._stop), len(drafts))]
             masks = [None] * (len(drafts) + 1)
         return drafted, drafts, masks
+
+
+class _Loop:
+    """What a generator remembers of the decode loop the engine runs ahead of it
+    (``inferlet.host.inference.forward_next``): the context, its state when the loop's last pass
+    landed, and the token that pass sampled. A step continues the loop only while nothing else
+    happened: no other pass or change of the context, no change of the generator, and the
+    buffer holds just that token."""
+
+    __slots__ = ("cache", "handle", "config", "epoch", "token")
+
+    def __init__(self, cache: KvCache, handle: SampleHandle, config: int) -> None:
+        self.cache, self.handle, self.config = cache, handle, config
+        self.epoch = cache.epoch
+        self.token = -1
+
+    def after(self, accepted: list[int], run: list[int]) -> _Loop | None:
+        """The loop after a pass that sampled ``run`` and of which the generator accepted
+        ``accepted``: it goes on when the one sampled token was accepted."""
+        if len(run) != 1 or accepted != run:
+            return None
+        self.token, self.epoch = run[0], self.cache.epoch
+        return self
+
+    def continues(self, gen: Generator) -> bool:
+        return (self.cache.epoch == self.epoch and self.config == gen._config and not gen._done
+                and gen._ctx._pending.tokens() == [self.token])
 
 
 def _check_horizon(n: int | None) -> int | None:

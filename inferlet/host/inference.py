@@ -7,7 +7,7 @@ from typing import Sequence
 from inferlet.host._declare import host
 from inferlet.host.types import Adapter, Context, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["forward"]
+__all__ = ["forward", "forward_next"]
 
 
 @host
@@ -49,14 +49,15 @@ async def forward(
         adapter: An adapter handle of the same model to run the pass with; None = base weights.
         zo_seed: Nonzero: run the adapter's mean plus sigma times this seed's noise (the adapter
             must be set up with ``zo.initialize``); 0 = its mean.
-        ahead: Run-ahead: how many more passes like this one the caller expects to run, each
-            on the token its predecessor sampled (a decode loop). When this pass samples one
-            row, the last, with one draw and reads no other row, the engine may start the next
-            pass (that token, the next position, the same samples and probes) before it is
-            asked, so the next step is computing while the caller handles this one. It is
-            used only if the caller's next pass on the context is exactly that one; any other
-            call on the context discards it first, so nothing the caller sees changes. 0: none.
-        stop: Tokens that end the caller's loop: no pass runs ahead on one of them.
+        ahead: Start a decode loop of ``ahead`` more passes like this one, each on the token
+            its predecessor sampled, at the next position, with the same samples and probes
+            (take them with :func:`forward_next`). The engine runs each one ahead, as soon as
+            its predecessor landed, so it computes while the caller handles the last output.
+            Only a pass that samples one row, its last, with one draw and probes only that row
+            starts a loop. Any other pass on the context, and any call that changes its pages
+            or length, ends the loop; a pass run ahead that nobody took is dropped unseen.
+            0: no loop.
+        stop: Tokens that end the loop: no pass runs after one.
 
     Returns:
         Tokens per sample and values per probe, in the given order, as plain Python values
@@ -68,4 +69,16 @@ async def forward(
             quota is reached. Nothing is written. (Under contention the pass waits instead:
             the KV-page market suspends and restores contexts, see :mod:`inferlet.scheduling`.)
         Unsupported: The backend did not declare a feature the pass needs.
+    """
+
+
+@host
+async def forward_next(ctx: Context) -> RequestOutput:
+    """The next pass of the decode loop that ``forward(..., ahead=n)`` started on ``ctx``: the
+    token the loop's last pass sampled, at the next position, with the same samples and probes.
+    Usually it has run already (run-ahead); it is recorded in the context now.
+
+    Raises:
+        InvalidInput: No loop runs on the context (none was started, another call ended it, or
+            its last pass sampled a stop token or was the last it announced).
     """

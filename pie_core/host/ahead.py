@@ -1,129 +1,185 @@
-"""Run-ahead: the next decode step of a context starts before the inferlet asks for it.
+"""Run-ahead: the engine runs a context's decode loop ahead of its inferlet.
 
 A decode loop's next pass is predictable: the token the last pass sampled, at the next position,
-with the same sampler and probes. When a pass asks for it (``inference.forward(..., ahead=n,
-stop=...)``) and sampled a token not in ``stop``, the host starts that pass at once, so it joins
-the very next batch, while the inferlet (in a worker or a wasm guest, a round trip away) is still
-handling the last output. Its KV is written but not recorded (:func:`~pie_core.scheduler.passes.
-run_unrecorded`), so nothing the inferlet can observe changes:
+with the same sampler and probes. A pass that asks for it (``inference.forward(..., ahead=n,
+stop=...)``) starts a :class:`Chain` on its context: as soon as a pass of the loop lands, the one
+after it is queued (unless it sampled a stop token, or the ``n`` passes announced are all
+queued), up to :data:`DEPTH` passes beyond what the inferlet has taken. So the context is in
+every batch even when its inferlet — in a worker or a wasm guest, a round trip away — takes a
+little longer than a step to handle an output. ``inference.forward_next(ctx)`` takes the next
+pass (waiting for it if it still runs). A pass run ahead writes its KV but is recorded only when
+it is taken (:func:`~pie_core.scheduler.passes.queue_unrecorded`), so nothing the inferlet can
+observe changes if it never is:
 
-- the inferlet's next ``forward`` on the context that is exactly that pass takes it (waiting for
-  it if it still runs) and records it, as if it had run then;
 - any other ``forward`` on the context, and every call that changes the context's pages or
-  length (truncate, the raw page calls, suspend, release), drops it first: a pass still queued
-  is withdrawn from its batch, one that ran is forgotten (its slots lie beyond the length);
-- forks and snapshots copy only recorded slots, so they never see it.
-
-Until then the context stays pinned in the market (a suspension would lose the unrecorded slot).
-At most one pass per context runs ahead, and a chain of them advances only as the inferlet
-takes each one: a slow inferlet costs at most one wasted step.
+  length (truncate, the raw page calls, suspend, release), ends the chain first: passes still
+  queued are withdrawn from their batch, ones that ran are forgotten (their slots lie beyond the
+  length) and the pages they reserved go back;
+- forks and snapshots copy only recorded slots, so they never see them;
+- the market may still move the context: it pauses the chain first (``Holder.preempt``); the
+  inferlet's next ``forward_next`` then runs its pass, restoring the context, and the chain goes
+  on from there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from collections import deque
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from pie_core.scheduler.passes import Landed, Pass, Tag, run_unrecorded
+from pie_core.errors import InvalidInput
+from pie_core.scheduler.passes import Pass, Tag, queue_unrecorded, record, release_spare, run_pass, spare_pages
 from pie_core.values import ProbeSpec, RequestOutput, SampleSpec
 
 if TYPE_CHECKING:
     from pie_core.host.context import HostContext
 
-__all__ = ["Ahead", "next_step"]
+__all__ = ["Chain", "decode_step", "DEPTH"]
+
+DEPTH = 2
+"""Passes a chain runs ahead of what its inferlet took: two give an inferlet that is late by up to
+a step the time to catch up without its context missing a batch."""
 
 
-class Ahead:
-    """One pass started ahead of its call, with what the call must look like to take it."""
+class _Queued:
+    """A pass of the chain queued ahead: what it runs and writes where, and its output to come."""
 
-    def __init__(self, ctx: HostContext, work: Pass, key: tuple[Any, ...], use: Any) -> None:
+    __slots__ = ("work", "slot", "future")
+
+    def __init__(self, work: Pass, slot: int, future: asyncio.Future[RequestOutput]) -> None:
+        self.work, self.slot, self.future = work, slot, future
+
+    def token(self) -> int | None:
+        """The token it sampled, once it landed well; None before or after a failure."""
+        f = self.future
+        if not f.done() or f.cancelled() or f.exception() is not None:
+            return None
+        return f.result().tokens[0][0]
+
+
+class Chain:
+    """A decode loop of one context: the pass that started it is the template of the next ones.
+
+    Args:
+        ctx: The context.
+        samples: What each pass samples (one row, index 0; masks packed as the batcher takes them).
+        probes: What each pass probes (index 0).
+        tag: The adapter and zo seed the passes run under (None: base weights).
+        stop: Tokens that end the loop: no pass runs after one.
+        left: How many more passes the inferlet expects after the one that started the chain.
+        release: Lets go of what the chain holds (its adapter) when it ends.
+    """
+
+    def __init__(self, ctx: HostContext, samples: tuple[SampleSpec, ...], probes: tuple[ProbeSpec, ...],
+                 tag: Tag | None, stop: Sequence[int], left: int, release: Callable[[], None] | None) -> None:
         self.ctx = ctx
-        self.key = key
-        self._use = use  # the adapter binding held until the pass is taken or dropped
-        self._landed: Landed | None = None
-        self._dropped = False
-        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._run(work))
+        self.samples, self.probes, self.tag = samples, probes, tag
+        self.stop = frozenset(stop)
+        self.left = left
+        self._release = release
+        self._token: int | None = None  # what the last recorded pass sampled: the next pass's input
+        self._queued: deque[_Queued] = deque()
+        self._spare = spare_pages(ctx.kv)  # empty pages the context held before the chain reserved any
+        self._open = True
+        ctx.holder.preempt = self.pause
 
-    async def _run(self, work: Pass) -> None:
-        async with self.ctx.lock:
-            landed = await run_unrecorded(self.ctx.model, self.ctx.holder, work)
-        if self._dropped:
-            landed.drop()
-        else:
-            self._landed = landed
+    def landed(self, out: RequestOutput) -> None:
+        """The chain's last pass was recorded with output ``out``: queue what follows it."""
+        self._token = out.tokens[0][0]
+        self._fill()
 
-    def matches(self, key: tuple[Any, ...]) -> bool:
-        """Whether a forward call described by ``key`` (see :func:`call_key`) is this pass."""
-        return key == self.key
+    async def next(self) -> RequestOutput:
+        """The next pass: the one run ahead (recorded now), or, where none could, run now.
 
-    async def take(self) -> RequestOutput | None:
-        """Wait for the pass and record it; its output, or None when it failed or could not be
-        recorded (the caller then runs the pass itself, and sees its error if it recurs)."""
-        try:
-            await asyncio.shield(self.task)
-        except asyncio.CancelledError:
-            self.drop()
-            raise
-        except Exception:  # noqa: BLE001 - the real pass runs instead and reports what recurs
-            self._release_use()
-            return None
-        landed, self._landed = self._landed, None
-        self._release_use()
-        if landed is None or not landed.record():
-            return None
-        return landed.output
+        Raises:
+            InvalidInput: The loop ended (its last pass sampled a stop token, or the inferlet
+                said it expected no more passes).
+        """
+        token = self._token
+        if token is None or token in self.stop or self.left <= 0:
+            raise InvalidInput("this decode loop ended (a stop token, or the passes it announced with ahead= ran): "
+                               "run the next pass with forward()")
+        ctx = self.ctx
+        if self._queued:
+            item = self._queued.popleft()
+            try:
+                out: RequestOutput | None = await item.future
+            except asyncio.CancelledError:
+                self.pause()
+                raise
+            except Exception:  # noqa: BLE001 - the pass runs again below and reports what recurs
+                out = None
+            kv = ctx.kv
+            if out is not None and self._open and not kv.released and kv.resident and kv.length == item.slot:
+                record(kv, item.work)
+                self.left -= 1
+                self.landed(out)
+                return out
+            self.pause()  # it failed, or the context changed under it: what was queued after it is void
+        ctx.check_live()
+        async with ctx.lock:
+            out = await run_pass(ctx.model, ctx.holder, self._pass(token, ctx.kv.length))
+        self.left -= 1
+        self.landed(out)
+        return out
 
-    def drop(self) -> None:
-        """Forget the pass now: withdraw it from its batch if it has not run, or drop what it
-        wrote if it has. Safe to call from synchronous host calls; idempotent."""
-        if self._dropped:
+    def pause(self) -> None:
+        """Drop the passes run ahead (queued ones leave their batch; pages they reserved go
+        back); the chain goes on with the inferlet's next ``forward_next``. Safe in synchronous
+        calls."""
+        queued, self._queued = self._queued, deque()
+        for item in queued:
+            if not item.future.done():
+                item.future.cancel()  # never sent if its batch has not fired; ignored if it has
+        if queued:
+            release_spare(self.ctx.kv, self._spare)
+
+    def end(self) -> None:
+        """End the loop now. Safe in synchronous calls."""
+        if not self._open:
             return
-        self._dropped = True
-        self._release_use()
-        if self._landed is not None:
-            self._landed.drop()
-            self._landed = None
-        elif not self.task.done():
-            self.task.cancel()  # a request still queued is never sent; one in flight is ignored
+        self._open = False
+        self.pause()
+        if self.ctx.holder.preempt == self.pause:
+            self.ctx.holder.preempt = None
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
-    async def settle(self) -> None:
-        """Drop the pass and wait until its task ended (its pages are back)."""
-        self.drop()
-        await asyncio.wait([self.task])
+    def _fill(self) -> None:
+        """Queue passes until :data:`DEPTH` are ahead, each on the token the one before it
+        sampled (so each waits for that one to land), within what the inferlet announced."""
+        ctx = self.ctx
+        while self._open and len(self._queued) < DEPTH:
+            last = self._queued[-1] if self._queued else None
+            token = self._token if last is None else last.token()
+            slot = ctx.kv.length + len(self._queued)
+            if (token is None or token in self.stop or len(self._queued) >= self.left or ctx.released
+                    or slot >= ctx.model.spec.max_position):
+                return
+            work = self._pass(token, slot)
+            future = queue_unrecorded(ctx.model, ctx.holder, work, slot)
+            if future is None:  # its pages are not free now: forward_next runs it when asked
+                return
+            self._queued.append(_Queued(work, slot, future))
+            future.add_done_callback(self._ahead_landed)
 
-    def _release_use(self) -> None:
-        use, self._use = self._use, None
-        if use is not None:
-            use()
+    def _ahead_landed(self, future: asyncio.Future[RequestOutput]) -> None:
+        if self._open and self._queued and self._queued[-1].future is future:
+            self._fill()
+
+    def _pass(self, token: int, position: int) -> Pass:
+        ids = np.array([token], dtype=np.int32)
+        pos = np.array([position], dtype=np.int32)
+        return Pass(ids, pos, None, self.samples, self.probes, 0, [], self.tag)
 
 
-def call_key(ids: np.ndarray, pos: np.ndarray, samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec],
-             logit_mask: Any, tag: Tag | None) -> tuple[Any, ...] | None:
-    """What identifies a one-token pass for run-ahead: its token and position, what it reads,
-    its static logit mask and adapter; None for any other pass."""
-    if len(ids) != 1:
-        return None
-    mask = None if logit_mask is None else tuple(logit_mask)
-    adapter = None if tag is None else (tag.record, tag.zo_seed)
-    return int(ids[0]), int(pos[0]), tuple(samples), tuple(probes), mask, adapter
-
-
-def next_step(ids: np.ndarray, samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec], drafts: int, masked: bool,
-              out: RequestOutput, stop: Sequence[int]) -> tuple[int, tuple[SampleSpec, ...], tuple[ProbeSpec, ...]] | None:
-    """The next decode step after a pass that asked for run-ahead: its token and what it
-    samples and probes (all on its one row); None when the pass is no decode step (not one
-    sample of one draw on its last row and probes only there, drafts, masks) or sampled a stop
-    token."""
-    last = len(ids) - 1
-    if drafts or masked or len(samples) != 1 or not out.tokens:
-        return None
-    sample = samples[0]
-    if sample.index != last or sample.draws != 1 or any(p.index != last for p in probes):
-        return None
-    token = out.tokens[0][0]
-    if token in stop:
-        return None
-    return token, (replace(sample, index=0),), tuple(replace(p, index=0) for p in probes)
+def decode_step(n: int, samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec], drafts: int, masked: bool,
+                out: RequestOutput) -> bool:
+    """Whether a pass of ``n`` tokens is a decode step a chain can repeat: one sample of one
+    draw on its last row, probes only there, no drafts or attention masks."""
+    last = n - 1
+    return (not drafts and not masked and len(samples) == 1 and bool(out.tokens) and samples[0].index == last
+            and samples[0].draws == 1 and all(p.index == last for p in probes))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pie_core.engine.engine import Engine
 
 __all__ = ["HostInstance", "SpawnBudget", "ProgramResolver", "ChildRunner", "current", "emitting", "bind", "unbind",
-           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first"]
+           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first", "any_thread", "is_any_thread"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
@@ -139,6 +139,20 @@ def off_loop(fn: F) -> F:
 def is_off_loop(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is marked :func:`off_loop`."""
     return getattr(fn, "__pie_off_loop__", False) is True
+
+
+def any_thread(fn: F) -> F:
+    """Mark a synchronous host function that touches no state of the event loop's (it reads the
+    engine's tokenizers and chat formats, or only objects its own instance holds): a runner whose
+    inferlet has a thread of its own (the wasm guest's) runs it there, bound to the instance,
+    instead of hopping to the event loop and back."""
+    fn.__pie_any_thread__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_any_thread(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is marked :func:`any_thread`."""
+    return getattr(fn, "__pie_any_thread__", False) is True
 
 
 def ready_first(fn: F) -> F:

@@ -11,7 +11,7 @@ from typing import Sequence
 from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, PieError
 from pie_core.hookspec import CopyKind
-from pie_core.host.ahead import Ahead
+from pie_core.host.ahead import Chain
 from pie_core.host.binding import HostInstance, current
 from pie_core.host.model import resolve
 from pie_core.host.scheduling import wallet
@@ -61,7 +61,7 @@ class HostContext:
         self.holder = model.market.join(self.kv, wallet(model, owner))
         self.lock = asyncio.Lock()
         self.drafter: NgramDrafter | None = None  # the system drafter, made on first use
-        self.ahead: Ahead | None = None  # the next decode step, run ahead (pie_core.host.ahead)
+        self.chain: Chain | None = None  # a decode loop run ahead (pie_core.host.ahead)
         self.thread = threading.get_ident()
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -77,21 +77,15 @@ class HostContext:
         if self.kv.released:
             raise PieError("this context was released; create a new Context")
 
-    def drop_ahead(self) -> None:
-        """Drop the pass run ahead, if any: call before anything that changes the pages or the
-        length of the context."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            ahead.drop()
-
-    async def settle_ahead(self) -> None:
-        """Drop the pass run ahead, if any, and wait until it ended."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            await ahead.settle()
+    def drop_chain(self) -> None:
+        """End the decode loop run ahead, if any (its passes run ahead are dropped): call before
+        anything that changes the pages or the length of the context."""
+        chain, self.chain = self.chain, None
+        if chain is not None:
+            chain.end()
 
     def release(self) -> None:
-        self.drop_ahead()
+        self.drop_chain()
         self.kv.release()
         self.model.market.leave(self.kv)
         self.owner.resources.discard(self)
@@ -146,7 +140,7 @@ def truncate(ctx: HostContext, n: int) -> None:
         PieError: The context was released.
     """
     ctx.check_live()
-    ctx.drop_ahead()
+    ctx.drop_chain()
     ctx.kv.truncate(n)
 
 
@@ -237,21 +231,21 @@ def delete_snapshot(model: str, name: str) -> None:
 def reserve_working_pages(ctx: HostContext, n: int) -> None:
     """Pre-allocate ``n`` working pages (raises OutOfPages, taking none, if short)."""
     ctx.check_live()
-    ctx.drop_ahead()
+    ctx.drop_chain()
     ctx.kv.reserve(n)
 
 
 def commit_working_pages(ctx: HostContext, k: int) -> None:
     """Promote ``k`` full working pages to committed."""
     ctx.check_live()
-    ctx.drop_ahead()
+    ctx.drop_chain()
     ctx.kv.commit(k)
 
 
 def release_working_pages(ctx: HostContext, n: int) -> None:
     """Free ``n`` empty working pages from the end."""
     ctx.check_live()
-    ctx.drop_ahead()
+    ctx.drop_chain()
     ctx.kv.release_working(n)
 
 

@@ -24,7 +24,7 @@ from pie_core.grammar import compiler as _compiler
 from pie_core.grammar.matcher import Matcher
 from pie_core.grammar import source as _source
 from pie_core.grammar.source import GrammarSource, any_json
-from pie_core.host.binding import off_loop, ready_first
+from pie_core.host.binding import any_thread, off_loop, ready_first
 from pie_core.host.model import resolve
 
 __all__ = [
@@ -61,12 +61,14 @@ DEFAULT_TIMEOUT_S = _compiler.DEFAULT_TIMEOUT_S
 
 # Building a source parses it with xgrammar: seconds for a schema with a large maxItems, so a
 # worker's call runs in a thread (binding.off_loop); size and nesting are bounded in any case.
-json_schema = off_loop(_source.json_schema)
-regex = off_loop(_source.regex)
-ebnf = off_loop(_source.ebnf)
-structural_tag = off_loop(_source.structural_tag)
+json_schema = any_thread(off_loop(_source.json_schema))
+regex = any_thread(off_loop(_source.regex))
+ebnf = any_thread(off_loop(_source.ebnf))
+structural_tag = any_thread(off_loop(_source.structural_tag))
+any_json = any_thread(any_json)
 
 
+@any_thread
 def stop_ids(name: str) -> list[int]:
     """Tokens a grammar may end on for model ``name``: its chat stop tokens and EOS ids."""
     model = resolve(name)
@@ -176,6 +178,7 @@ class MatcherHandle:
         return twin
 
 
+@any_thread
 def matcher(name: str, source: GrammarSource, timeout: float | None = None) -> MatcherHandle:
     """A matcher for ``source`` on model ``name`` (compilation starts now, in the background)."""
     return MatcherHandle(name, source, timeout)
@@ -190,78 +193,92 @@ async def matcher_ready(m: MatcherHandle) -> None:
     await m.ready()
 
 
+@any_thread
 def matcher_is_ready(m: MatcherHandle) -> bool:
     """Whether ``m``'s grammar is compiled (no matcher call will wait for it)."""
     return m.is_ready
 
 
+@any_thread
 @ready_first
 def matcher_accept(m: MatcherHandle, tokens: list[int]) -> None:
     """Advance ``m`` over ``tokens``, all or none (InvalidInput names a token the grammar forbids)."""
     m.accept(tokens)
 
 
+@any_thread
 @ready_first
 def matcher_try_accept(m: MatcherHandle, token: int) -> bool:
     """Advance ``m`` over ``token`` if the grammar allows it next; False (unchanged) if not."""
     return m.try_accept(token)
 
 
+@any_thread
 @ready_first
 def matcher_allows(m: MatcherHandle, token: int) -> bool:
     """Whether the grammar allows ``token`` next."""
     return m.allows(token)
 
 
+@any_thread
 @ready_first
 def matcher_packed(m: MatcherHandle) -> bytes:
     """The tokens allowed next as a packed mask (InvalidInput once ``m`` is terminated)."""
     return m.packed()
 
 
+@any_thread
 @ready_first
 def matcher_runs(m: MatcherHandle) -> list[int]:
     """The tokens allowed next as BRLE runs (InvalidInput once ``m`` is terminated)."""
     return m.runs()
 
 
+@any_thread
 def matcher_reset(m: MatcherHandle) -> None:
     """Put ``m`` back at the grammar's start."""
     m.reset()
 
 
+@any_thread
 @ready_first
 def matcher_rollback(m: MatcherHandle, n: int) -> None:
     """Undo the last ``n`` tokens ``m`` accepted."""
     m.rollback(n)
 
 
+@any_thread
 def matcher_fork(m: MatcherHandle) -> MatcherHandle:
     """An independent matcher in ``m``'s state."""
     return m.fork()
 
 
+@any_thread
 def matcher_stop_ids(m: MatcherHandle) -> list[int]:
     """The tokens ``m``'s grammar ends on."""
     return list(m.stop_ids)
 
 
+@any_thread
 def matcher_is_terminated(m: MatcherHandle) -> bool:
     """True once ``m`` accepted a stop token."""
     return m.is_terminated
 
 
+@any_thread
 @ready_first
 def matcher_can_end(m: MatcherHandle) -> bool:
     """True when a stop token is allowed now (the tokens so far complete the grammar)."""
     return m.can_end
 
 
+@any_thread
 def matcher_model(m: MatcherHandle) -> str:
     """The name of the model whose vocabulary ``m`` walks."""
     return m.model_name
 
 
+@any_thread
 def check_masks(name: str) -> None:
     """Make sure model ``name``'s backend applies logit masks.
 
@@ -273,6 +290,7 @@ def check_masks(name: str) -> None:
         raise Unsupported(f"backend {model.backend!r} does not support logit masks, so it cannot constrain generation")
 
 
+@any_thread
 def packed_mask(name: str, runs: Sequence[int]) -> bytes:
     """A BRLE vocabulary mask of model ``name``, packed.
 
@@ -283,6 +301,7 @@ def packed_mask(name: str, runs: Sequence[int]) -> bytes:
     return brle.pack_bits(brle.decode(runs, vocab, "logit mask")).tobytes()
 
 
+@any_thread
 def mask_runs(name: str, packed: bytes) -> list[int]:
     """A packed vocabulary mask of model ``name`` as BRLE runs.
 

@@ -13,12 +13,12 @@ from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities
 from pie_core.host.adapter import HostAdapter
-from pie_core.host.ahead import Ahead, call_key, next_step
+from pie_core.host.ahead import Chain, decode_step
 from pie_core.host.context import HostContext
 from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.scheduler.passes import Pass, Tag, run_pass
 
-__all__ = ["forward", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind", "MAX_STOP"]
+__all__ = ["forward", "forward_next", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind", "MAX_STOP"]
 
 MAX_STOP = 1024
 """Stop tokens a pass that runs ahead may name."""
@@ -80,10 +80,9 @@ async def forward(
     if n == 0:
         if samples or probes:
             raise InvalidInput("a pass with samples or probes needs at least one input token")
-        await ctx.settle_ahead()
+        ctx.drop_chain()
         return RequestOutput(tokens=(), probes=())
     ids = _check_tokens(tokens, model.spec.vocab_size)
-    asked = tuple(samples), tuple(probes)
     ahead = _check_ahead(ahead, stop)
     _check_rows(samples, probes, n)
     verifiers = _check_drafts(drafts, n, samples, attention_masks is not None)
@@ -106,44 +105,38 @@ async def forward(
         )
     _check_limits(caps, model.backend, samples, n, attention_masks is not None, ctx.kv.length)
     binding = _Binding(record, zo_seed, ctx.owner.engine.adapters)
-    staged, ctx.ahead = ctx.ahead, None
-    out = None
-    if staged is not None:  # a pass run ahead: take it if this call is that pass, else drop it
-        pos = _check_positions(positions, n, ctx.kv.length, model.spec.max_position)
-        if attention_masks is None and not drafts and staged.matches(
-                call_key(ids, pos, *asked, logit_mask, binding.tag)):
-            out = await staged.take()
-        else:
-            await staged.settle()
-    if out is None:
-        async with ctx.lock, binding:
-            ctx.check_live()
-            base = ctx.kv.length
-            pos = _check_positions(positions, n, base, model.spec.max_position)
-            masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
-            work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
-            out = await run_pass(model, ctx.holder, work)
-    if ahead:
-        _start_ahead(ctx, ids, samples, probes, asked, drafts, attention_masks is not None, logit_mask, binding, out,
-                     stop)
-    return replace(out, probes=tuple(_plain(p.kind, v) for p, v in zip(probes, out.probes)))
+    ctx.drop_chain()  # a pass of its own: a decode loop run ahead on the context ends first
+    async with ctx.lock, binding:
+        ctx.check_live()
+        base = ctx.kv.length
+        pos = _check_positions(positions, n, base, model.spec.max_position)
+        masks = None if attention_masks is None else _decode_masks(attention_masks, n, base + n)
+        work = Pass(ids, pos, masks, samples, probes, drafts, verifiers, binding.tag)
+        out = await run_pass(model, ctx.holder, work)
+    if ahead and not ctx.released and decode_step(n, samples, probes, drafts, attention_masks is not None, out):
+        last = n - 1
+        chain = Chain(ctx, tuple(replace(s, index=0) for s in samples),
+                      tuple(replace(p, index=0) for p in probes if p.index == last), binding.tag, stop, ahead,
+                      binding.hold())
+        ctx.chain = chain
+        chain.landed(out)
+    return _result(out, probes)
 
 
-def _start_ahead(ctx: HostContext, ids: np.ndarray, samples: Sequence[SampleSpec], probes: Sequence[ProbeSpec],
-                 asked: tuple[tuple[SampleSpec, ...], tuple[ProbeSpec, ...]], drafts: int, masked: bool,
-                 logit_mask: Sequence[int] | None, binding: _Binding, out: RequestOutput, stop: Sequence[int]) -> None:
-    """Start the pass after ``out`` (run-ahead, see :mod:`pie_core.host.ahead`) when it is a
-    decode step that did not sample a stop token."""
-    step = next_step(ids, samples, probes, drafts, masked, out, stop)
-    position = ctx.kv.length
-    if step is None or ctx.released or position >= ctx.model.spec.max_position:
-        return
-    token, run_samples, run_probes = step
-    ids1, pos1 = np.array([token], dtype=np.int32), np.array([position], dtype=np.int32)
-    key = call_key(ids1, pos1, tuple(replace(s, index=0) for s in asked[0]),
-                   tuple(replace(p, index=0) for p in asked[1]), logit_mask, binding.tag)
-    work = Pass(ids1, pos1, None, run_samples, run_probes, 0, [], binding.tag)
-    ctx.ahead = Ahead(ctx, work, key, binding.hold())
+async def forward_next(ctx: HostContext) -> RequestOutput:
+    """The next pass of the decode loop a ``forward(..., ahead=n)`` started on ``ctx``: the token
+    its last pass sampled, at the next position, with the same samples and probes; usually
+    computed already (run-ahead, see :mod:`pie_core.host.ahead`)."""
+    ctx.check_live()
+    chain = ctx.chain
+    if chain is None:
+        raise InvalidInput("no decode loop runs ahead on this context: start one with forward(..., ahead=n), "
+                           "and note that any other call that changes the context ends it")
+    return _result(await chain.next(), chain.probes)
+
+
+def _result(out: RequestOutput, probes: Sequence[ProbeSpec]) -> RequestOutput:
+    return out if not out.probes else replace(out, probes=tuple(_plain(p.kind, v) for p, v in zip(probes, out.probes)))
 
 
 class _Binding:

@@ -8,26 +8,34 @@ from pathlib import Path
 from typing import Any
 
 from pie_core.errors import InvalidInput, PieError
-from pie_core.host.binding import ChildRunner, HostInstance, current
+from pie_core.host.binding import ChildRunner, HostInstance, any_thread, current
 
 __all__ = ["models", "version", "instance_id", "username", "spawn", "scratch_dir", "scratch_path"]
 
 
+@any_thread
+@any_thread
 def models() -> list[str]:
     """Names of every model the engine has loaded."""
     return list(current().engine.models)
 
 
+@any_thread
+@any_thread
 def version() -> str:
     """The Pie runtime version string."""
     return current().engine.version
 
 
+@any_thread
+@any_thread
 def instance_id() -> str:
     """Unique id of this engine instance."""
     return current().engine.instance_id
 
 
+@any_thread
+@any_thread
 def username() -> str:
     """The user who launched the running inferlet."""
     return current().username
@@ -92,6 +100,8 @@ async def spawn_child(name: str, args: dict[str, Any] | None = None, *, runner: 
     return final.value
 
 
+@any_thread
+@any_thread
 def scratch_dir() -> str:
     """The running user's private scratch directory (created on first use).
 
@@ -107,6 +117,8 @@ def scratch_dir() -> str:
     return str(path)
 
 
+@any_thread
+@any_thread
 def scratch_path(relative: str) -> str:
     """Absolute path of ``relative`` inside :func:`scratch_dir` (parent folders created).
 

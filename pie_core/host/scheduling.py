@@ -124,11 +124,7 @@ def suspend(ctx: HostContext) -> None:
         PieError: It is in a pass, or can be neither copied to the host nor rebuilt by replay.
     """
     ctx.check_live()
-    ahead = ctx.ahead
-    ctx.drop_ahead()
-    if ahead is not None and not ahead.task.done():  # a pass run ahead is still in its batch: park after it
-        ahead.task.add_done_callback(lambda _: ctx.released or ctx.model.market.park(ctx.holder))
-        return
+    ctx.drop_chain()
     ctx.model.market.park(ctx.holder)
 
 

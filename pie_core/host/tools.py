@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from pie_core.errors import Unsupported
 from pie_core.grammar.source import GrammarSource
 from pie_core.grammar.tool_calls import tool_call_source
+from pie_core.host.binding import any_thread
 from pie_core.host.model import resolve
 from pie_core.models.chat_formats.tool_calls import (
     ToolCallSyntax,
@@ -28,6 +29,7 @@ __all__ = [
 ]
 
 
+@any_thread
 def normalize(schemas: Iterable[Any]) -> list[dict[str, Any]]:
     """Tool schemas (dicts or JSON strings) in the ``{"type": "function", "function": ...}`` shape.
 
@@ -37,11 +39,13 @@ def normalize(schemas: Iterable[Any]) -> list[dict[str, Any]]:
     return normalize_tools(schemas)
 
 
+@any_thread
 def syntax(name: str) -> ToolCallSyntax | None:
     """How model ``name`` writes tool calls, or None when its chat format has no known syntax."""
     return tool_call_syntax(resolve(name).chat)
 
 
+@any_thread
 def equip_prefix(name: str, schemas: Iterable[Any], system: str | None = None) -> list[int]:
     """Tokens that open a conversation listing the tools, exactly as the model's template does.
 
@@ -57,6 +61,7 @@ def equip_prefix(name: str, schemas: Iterable[Any], system: str | None = None) -
     return list(resolve(name).chat.equip(normalize_tools(schemas), system))
 
 
+@any_thread
 def answer_prefix(name: str, tool: str, value: Any) -> list[int]:
     """Tokens of a turn carrying tool ``tool``'s result ``value`` (non-strings JSON-encoded).
 
@@ -66,6 +71,7 @@ def answer_prefix(name: str, tool: str, value: Any) -> list[int]:
     return list(resolve(name).chat.answer(tool, value))
 
 
+@any_thread
 def parse_calls(name: str, text: str) -> list[tuple[str, str]]:
     """Complete tool calls in ``text`` as ``(tool name, JSON arguments)``; [] without a syntax.
 
@@ -76,6 +82,7 @@ def parse_calls(name: str, text: str) -> list[tuple[str, str]]:
     return [] if found is None else parse_tool_calls(found, text)
 
 
+@any_thread
 def format_call(name: str, tool: str, args: Any) -> str:
     """The text of a call to ``tool`` as model ``name``'s template writes it.
 
@@ -88,6 +95,7 @@ def format_call(name: str, tool: str, args: Any) -> str:
     return format_tool_call(found, tool, args)
 
 
+@any_thread
 def call_grammar(name: str, schemas: Iterable[Any], choice: str = "auto") -> GrammarSource | None:
     """A grammar over model ``name``'s native tool-call syntax for these tools, or None.
 

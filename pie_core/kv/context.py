@@ -89,17 +89,20 @@ class KvContext:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
         self.pages.extend(_alloc_charged(self.pool, self.account, n_pages, n_pages))
 
-    def plan_write(self, n: int) -> WritePlan:
-        """Reserve what ``n`` more tokens need and say where they go (slots length..length+n-1)."""
+    def plan_write(self, n: int, at: int | None = None) -> WritePlan:
+        """Reserve what ``n`` more tokens need and say where they go: slots ``at..at+n-1``
+        (``at`` defaults to the length; a pass run ahead of its predecessor's record writes
+        beyond it, see :mod:`pie_core.host.ahead`)."""
         self._check_resident()
-        total = self.length + n
+        start = self.length if at is None else at
+        total = start + n
         need = self._pages_for(total) - len(self.pages)
         if need > 0:
             self.reserve(need)
         used = self._pages_for(total)
         return WritePlan(
             page_ids=np.asarray(self.pages[:used], dtype=np.int32),
-            write_slots=np.arange(self.length, total, dtype=np.int32),
+            write_slots=np.arange(start, total, dtype=np.int32),
             last_page_len=total - (used - 1) * self.page_size,
         )
 

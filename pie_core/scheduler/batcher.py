@@ -148,6 +148,11 @@ class Batcher:
 
     async def submit(self, request: ForwardRequest) -> RequestOutput:
         """Queue one request and wait for its share of the batch output."""
+        return await self.enqueue(request)
+
+    def enqueue(self, request: ForwardRequest) -> asyncio.Future[RequestOutput]:
+        """Queue one request; the future gets its share of the batch output. Cancelling the
+        future before its batch fires takes the request out of it."""
         loop = asyncio.get_running_loop()
         self._adopt(loop)
         request.future = loop.create_future()
@@ -157,7 +162,7 @@ class Batcher:
         # Wake the run loop only when it would act: waking it per submit costs a timer each time.
         if len(self._queue) >= self._want or self._at_limit():
             self._wakeup.set()
-        return await request.future
+        return request.future
 
     def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:  # an engine may outlive one event loop (tests, notebooks)

@@ -68,6 +68,7 @@ class Holder:
         self.idle = False
         self.target: int | None = None  # the length a generator expects to reach
         self.busy = False  # in a pass: never moved
+        self.preempt: Callable[[], None] | None = None  # drops passes run ahead: call before moving it
         self.wanted = -1  # new pages a waiting pass asks for (-1: not waiting)
         self.granted: asyncio.Future[None] | None = None
         self.replay_from: int | None = None  # restored by a grant; slots from here need a replay
@@ -162,8 +163,7 @@ class Market:
                 f"this context needs {holder.pages + new} KV pages but the pool has {self.pool.num_pages}; "
                 "shorten it, or start the engine with more pages (--kv-pages)"
             )
-        if kv.resident and (new == 0 or self._fits_now(holder, new)):
-            self._grant(holder, new)
+        if self.admit_now(holder, new):
             return
         holder.wanted = new
         holder.order, self._arrivals = self._arrivals, self._arrivals + 1
@@ -180,6 +180,26 @@ class Market:
             holder.wanted, holder.granted = -1, None
             raise
         holder.wanted, holder.granted = -1, None
+
+    def admit_now(self, holder: Holder, new: int) -> bool:
+        """:meth:`admit` when it needs no wait (the context is resident and the pages are free
+        for it): True, and the holder is busy; False, and nothing changed, otherwise."""
+        if holder.kv.resident and (new == 0 or self._fits_now(holder, new)):
+            self._grant(holder, new)
+            return True
+        return False
+
+    def reserve_now(self, holder: Holder, new: int) -> bool:
+        """Reserve ``new`` pages for a pass run ahead (paid like any page) if the context is
+        resident and they are free now; the holder is not pinned (it sets ``preempt``). False,
+        and nothing changed, otherwise."""
+        if not holder.kv.resident or (new and not self._fits_now(holder, new)):
+            return False
+        if new:
+            holder.kv.reserve(new)
+            if holder.wallet is not None:
+                self.ledger.burn(holder.wallet, new)
+        return True
 
     def _fits_now(self, holder: Holder, new: int) -> bool:
         # Free pages go to a newcomer unless someone bidding more is already waiting for them.
@@ -205,9 +225,10 @@ class Market:
             elif start < kv.length:
                 holder.replay_from = start
                 self.replays += 1
-        kv.reserve(new)
-        if holder.wallet is not None:
-            self.ledger.burn(holder.wallet, new)
+        if new:
+            kv.reserve(new)
+            if holder.wallet is not None:
+                self.ledger.burn(holder.wallet, new)
         holder.busy = True
 
     def _try_grant(self, holder: Holder) -> bool:
@@ -245,6 +266,8 @@ class Market:
         kv = holder.kv
         if kv.released or not kv.resident or holder.busy:
             return False
+        if holder.preempt is not None:  # passes run ahead go first: their slots are not recorded
+            holder.preempt()
         moved = kv.offload(self.host)
         if moved is not None:
             self.copy(CopyKind.DEVICE_TO_HOST, *moved)

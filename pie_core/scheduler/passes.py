@@ -12,14 +12,16 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
 5. Drafts are verified and the rejected ones dropped; pages the pass reserved and did not
    fill go back, also when it fails (then nothing of the failed chunk is recorded).
 
-:func:`run_unrecorded` runs a one-chunk pass without recording it: the :class:`Landed` pass is
-recorded later (:meth:`Landed.record`) or forgotten (:meth:`Landed.drop`), and the context stays
-pinned in the market until then. Run-ahead (``pie_core.host.ahead``) runs a decode step that
+:func:`queue_unrecorded` queues a one-chunk pass without recording it, at or beyond the
+context's length: its caller records it later (:func:`record`) or forgets it. Run-ahead
+(``pie_core.host.ahead``) runs a context's next decode steps that way before the inferlet asks
+for them. Run-ahead (``pie_core.host.ahead``) runs a decode step that
 way before the inferlet asks for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence, TypeVar
 
@@ -30,7 +32,7 @@ from pie_core.kv.context import KvContext
 from pie_core.scheduler.market import Holder
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["Tag", "Pass", "run_pass", "run_unrecorded", "Landed", "tag_valid"]
+__all__ = ["Tag", "Pass", "run_pass", "queue_unrecorded", "record", "release_spare", "spare_pages", "tag_valid"]
 
 _Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
 
@@ -93,75 +95,59 @@ async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
         _finish(model, holder, spare)
 
 
-async def run_unrecorded(model: Any, holder: Holder, p: Pass) -> Landed:
-    """Run ``p`` (one chunk: no masks, no drafts, at most ``max_batch_tokens`` tokens) without
-    recording it: its KV is written, but the context's length and lineage stay as they were
-    until :meth:`Landed.record`. The context stays pinned in the market (never suspended) until
-    the pass is recorded or dropped. The caller holds the context's lock while it runs.
+def queue_unrecorded(model: Any, holder: Holder, p: Pass, at: int) -> asyncio.Future[RequestOutput] | None:
+    """Queue ``p`` (one chunk: no masks, no drafts) to write slots from ``at`` (at or beyond the
+    context's length) without recording it, when the context is resident and the pages it needs
+    are free now; None (nothing changed) otherwise.
 
-    Raises:
-        The errors of :func:`run_pass`; then nothing is kept and the pin is released.
+    Its KV is written, but the context's length and lineage stay as they were: the caller
+    records it (:func:`record`) or forgets it. The context is not pinned in the market: whoever
+    may move it must drop such passes first (``Holder.preempt``). Cancelling the future before
+    its batch fires takes the pass out of it.
     """
     kv = holder.kv
-    spare = await _admit(model, holder, len(p.ids))
-    try:
-        if holder.replay_from is not None:
-            await _replay(model, kv, holder.replay_from)
-        length = kv.length
-        plan = kv.plan_write(len(p.ids))
-        out = await model.batcher.submit(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
-    except BaseException:
-        _finish(model, holder, spare)
-        raise
-    return Landed(model, holder, p, out, length, spare)
+    if not model.market.reserve_now(holder, max(0, -(-(at + len(p.ids)) // kv.page_size) - len(kv.pages))):
+        return None
+    plan = kv.plan_write(len(p.ids), at)
+    return model.batcher.enqueue(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
 
 
-class Landed:
-    """A pass :func:`run_unrecorded` ran: record it or drop it, once."""
+def record(kv: KvContext, p: Pass) -> None:
+    """Record pass ``p`` (run by :func:`queue_unrecorded` at the context's length) as if it had
+    just landed: its tokens join the lineage and the pages they fill commit."""
+    salt = b"" if p.tag is None else p.tag.salt
+    kv.advance(p.ids.tolist(), p.pos.tolist(), None, 0, salt, p.tag)
 
-    def __init__(self, model: Any, holder: Holder, p: Pass, out: RequestOutput, length: int, spare: int) -> None:
-        self.model, self.holder, self.p, self.output = model, holder, p, out
-        self._length, self._spare, self._open = length, spare, True
 
-    def record(self) -> bool:
-        """Record the pass as if it had just landed (its pages commit as they fill). False, and
-        nothing recorded, when the context changed since it ran (it was released or
-        truncated): then the pass is dropped."""
-        kv = self.holder.kv
-        if not self._open:
-            return False
-        if kv.released or not kv.resident or kv.length != self._length:
-            self.drop()
-            return False
-        salt = b"" if self.p.tag is None else self.p.tag.salt
-        kv.advance(self.p.ids.tolist(), self.p.pos.tolist(), None, 0, salt, self.p.tag)
-        self.drop()
-        return True
-
-    def drop(self) -> None:
-        """Forget the pass: its KV slots are beyond the context's length, and the pages it
-        reserved go back. Idempotent."""
-        if self._open:
-            self._open = False
-            _finish(self.model, self.holder, self._spare)
+def release_spare(kv: KvContext, spare: int) -> None:
+    """Give back the empty working pages beyond the ``spare`` ones the context held before
+    passes reserved more."""
+    if not kv.released and kv.resident:
+        empty = spare_pages(kv)
+        if empty > spare:
+            kv.release_working(empty - spare)
 
 
 async def _admit(model: Any, holder: Holder, n: int) -> int:
     """Admit a pass of ``n`` tokens; the context's spare pages before it (those it keeps)."""
-    kv = holder.kv
-    ps = kv.page_size
-    spare = len(kv.pages) - max(-(-kv.length // ps), kv.committed) if kv.resident else 0
-    await model.market.admit(holder, max(0, -(-(kv.length + n) // ps) - max(len(kv.pages), kv.suspended_pages)))
+    spare = spare_pages(holder.kv)
+    await model.market.admit(holder, _new_pages(holder.kv, n))
     return spare
+
+
+def spare_pages(kv: KvContext) -> int:
+    """Empty working pages the context holds (reserved ahead of use)."""
+    return len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed) if kv.resident else 0
+
+
+def _new_pages(kv: KvContext, n: int) -> int:
+    """Pages a pass of ``n`` more tokens needs beyond those the context holds (or held)."""
+    return max(0, -(-(kv.length + n) // kv.page_size) - max(len(kv.pages), kv.suspended_pages))
 
 
 def _finish(model: Any, holder: Holder, spare: int) -> None:
     """After a pass: the pages it reserved and did not fill go back; the context may move again."""
-    kv = holder.kv
-    if not kv.released and kv.resident:
-        empty = len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed)
-        if empty > spare:
-            kv.release_working(empty - spare)
+    release_spare(holder.kv, spare)
     model.market.done(holder)
 
 

@@ -178,27 +178,15 @@ def test_a_forged_handle_ends_only_the_forger(dummy_engine, tmp_path: Path) -> N
     assert dummy_engine.pools_whole()
 
 
-class _Held:
-    def __init__(self, type_id: int, rep: int) -> None:
-        self.type, self.rep = type_id, rep
-
-
-class _Resource:
-    def __init__(self, type_id: int, rep: int) -> None:
-        self.held = _Held(type_id, rep)
-
-    def to_host(self, store: object) -> _Held:
-        return self.held
-
-
 def test_the_host_refuses_a_handle_it_never_gave_or_of_another_kind(dummy_engine) -> None:
     """Behind the component model's own handle checks: the host's table."""
     inst = HostInstance(engine=dummy_engine, emit=lambda event: None)
     guest = Guest(inst, asyncio.new_event_loop(), None, threading.Event())
     engine_object = object()
-    rep = guest.handles.rep(engine_object)
-    assert guest.lift(None, _Resource(KIND_IDS["context"], rep), ("h", "context")) is engine_object
+    type_id, rep = guest.resource("context", engine_object)
+    assert type_id == KIND_IDS["context"] and guest.resource("context", engine_object) == (type_id, rep)
+    assert guest.handle("context", KIND_IDS["context"], rep) is engine_object
     with pytest.raises(PermissionError, match="not given to this inferlet"):
-        guest.lift(None, _Resource(KIND_IDS["context"], rep + 1), ("h", "context"))
+        guest.handle("context", KIND_IDS["context"], rep + 1)
     with pytest.raises(PermissionError, match="not given to this inferlet"):
-        guest.lift(None, _Resource(KIND_IDS["matcher"], rep), ("h", "context"))
+        guest.handle("context", KIND_IDS["matcher"], rep)

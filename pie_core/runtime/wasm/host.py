@@ -1,13 +1,17 @@
 """The host side of a wasm inferlet: wasmtime runs the component in a thread of its own, and
-every WIT import is the engine's host function of the same name, run on the engine's loop.
+every WIT import is the engine's host function of the same name.
 
-- A synchronous import blocks the guest's thread until the host function ran on the event
-  loop, bound to the instance (``asyncio.run_coroutine_threadsafe`` carries the binding).
-- An async import starts the host coroutine and returns a call number; the guest's
-  loop blocks in ``poll.wait`` until one of its calls finished, then takes the result with the
-  ``<name>-result`` import. A call the guest cancels is cancelled on the engine.
-- Engine objects cross as resources of :data:`~.build.RESOURCES`; the guest holds only their
-  number, and a number the engine never gave this instance is refused.
+- The imports are linked once per :class:`WasmHost` (:mod:`.linking`) and serve every instance:
+  a call finds its instance's :class:`~.imports.Guest` by its store.
+- A synchronous import runs its host function on the guest's own thread when the function
+  touches no event-loop state (:func:`~pie_core.host.binding.any_thread`), else on the engine's
+  loop, bound to the instance, while the guest's thread waits.
+- An async import starts the host coroutine and returns a call number; the guest's loop blocks
+  in ``poll.wait`` until one of its calls finished (or, with one call pending, in the
+  ``<name>-result`` import that takes its value). A call the guest cancels is cancelled on the
+  engine.
+- Engine objects cross as resources; the guest holds only their number, and a number the
+  engine never gave this instance is refused.
 - A host error crosses as the ``error`` record and is raised in the guest as its class.
 - The guest has no filesystem but ``/inferlet`` (its own folder, read-only), ``/python`` (the
   standard library built with the component, read-only) and ``/scratch`` (its user's
@@ -25,25 +29,21 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import wasmtime
 from wasmtime import component as wc
 
-from inferlet import host as declared
-from inferlet.host.wit import function_spec, kebab
-from pie_core.errors import PieError, Unsupported
+from pie_core.errors import Unsupported
 from pie_core.host.binding import HostInstance, bind, unbind
-from pie_core.runtime import host_api
+from pie_core.runtime.wasm import linking
 from pie_core.runtime.wasm.build import stdlib_path
-from pie_core.runtime.wasm.imports import KIND_IDS, Guest
+from pie_core.runtime.wasm.imports import Guest
 
 __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
 
 TICK_S = 0.05
 """Seconds between epoch ticks: how late a guest past its deadline may still run."""
-
-_PACKAGE = "pie:inferlet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class WasmHost:
             part = compiled.with_suffix(".part")
             part.write_bytes(self.component.serialize())
             part.replace(compiled)
-        self._types = self._import_types()
+        self._linker = linking.link(self.engine, self._import_types())
         threading.Thread(target=self._tick, name="pie-wasm-epochs", daemon=True).start()
 
     def _tick(self) -> None:
@@ -101,7 +101,7 @@ class WasmHost:
     def _import_types(self) -> dict[tuple[str, str], wc.FuncType]:
         found = {}
         for name, item in self.component.type.imports(self.engine).items():
-            if not name.startswith(_PACKAGE + "/"):
+            if not name.startswith(linking.PACKAGE + "/"):
                 continue
             iface = name.split("/", 1)[1].split("@", 1)[0]
             for fname, ext in item.ty.exports(self.engine).items():
@@ -131,10 +131,10 @@ class WasmHost:
         if limits.memory_mb > 0:
             store.set_limits(memory_size=limits.memory_mb * 2**20)
         store.set_epoch_deadline(max(1, int(limits.wall_s / TICK_S)) if limits.wall_s > 0 else 2**62)
-        linker = self._linker(guest)
+        linking.attach(store, guest)
         token = bind(inst)
         try:
-            instance = linker.instantiate(store, self.component)
+            instance = self._linker.instantiate(store, self.component)
             run = instance.get_func(store, "run")
             outcome = run(store, json.dumps(request))
         except wasmtime.WasmtimeError as exc:
@@ -144,45 +144,11 @@ class WasmHost:
         finally:
             guest.flush()
             guest.cancel_all()
+            linking.detach(store)
             unbind(token)
         if outcome.tag != "ok":  # result<string, string>: both cases are str, so wasmtime tags them
             return GuestResult(False, outcome.payload)
         return GuestResult(True, json.loads(outcome.payload))
-
-    def _linker(self, guest: Guest) -> wc.Linker:
-        linker = wc.Linker(self.engine)
-        linker.add_wasip2()
-        implementations = host_api.host_functions()
-        by_module: dict[str, list[tuple[str, Callable[..., Any], Any]]] = {}
-        for (module, name), decl in sorted(declared.declarations().items()):
-            by_module.setdefault(module, []).append((name, implementations[module, name], function_spec(decl.stub)))
-        with linker.root() as root:
-            with root.add_instance(f"{_PACKAGE}/types@0.1.0") as types:
-                for res, rid in KIND_IDS.items():
-                    types.add_resource(res, wc.ResourceType.host(rid), lambda store, rep: None)
-            with root.add_instance(f"{_PACKAGE}/poll@0.1.0") as poll:
-                poll.add_func("wait", guest.wait)
-                poll.add_func("cancel", guest.cancel)
-            for module, fns in by_module.items():
-                with root.add_instance(f"{_PACKAGE}/{module}@0.1.0") as iface:
-                    for name, fn, spec in fns:
-                        wit = kebab(name)
-                        if spec.is_async:
-                            iface.add_func(wit, guest.starter(module, name, fn, spec.params, self._result(module, wit)))
-                            iface.add_func(f"{wit}-result", guest.finisher(spec.result, self._result(module, f"{wit}-result")))
-                        else:
-                            iface.add_func(wit, guest.caller(module, name, fn, spec.params, spec.result,
-                                                             self._result(module, wit)))
-        return linker
-
-    def _result(self, module: str, wit: str) -> Callable[[bool, Any], Any]:
-        """How the import's ``result<T, error>`` is lowered: wasmtime wants a ``Variant`` only
-        when the two cases cannot be told apart by Python type."""
-        ftype = self._types.get((module, wit))
-        if ftype is None:
-            raise PieError(f"the component does not import {module}.{wit}; rebuild it (the WIT and the host disagree)")
-        tagged = ftype.result._tagged()
-        return (lambda ok, v: wc.Variant("ok" if ok else "err", v)) if tagged else (lambda ok, v: v)
 
 
 def _trap(exc: wasmtime.WasmtimeError, limits: GuestLimits) -> str:

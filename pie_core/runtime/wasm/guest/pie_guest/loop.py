@@ -2,7 +2,9 @@
 
 The guest has one thread and no sockets, so the selector of a normal loop is replaced by the
 host's ``poll.wait``: when no task is ready, the loop blocks in the host until one of its
-started async host calls finished (or the next timer is due), then settles those calls.
+started async host calls finished (or the next timer is due), then settles those calls. When
+exactly one call is pending and no timer, nothing else can happen until it finishes, so the loop
+skips ``poll.wait`` and takes the result at once (the ``-result`` import waits for the call).
 """
 
 import asyncio
@@ -41,6 +43,8 @@ class GuestLoop(asyncio.BaseEventLoop):
             time.sleep(timeout)
             return []
         calls = list(self._calls)
+        if timeout is None and len(calls) == 1:  # nothing else can happen: its -result import waits for it
+            return calls
         ms = None if timeout is None else min(int(timeout * 1000), 2**32 - 1)
         return [calls[i] for i in _poll.wait(calls, ms)]
 
