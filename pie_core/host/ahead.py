@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from pie_core.errors import InvalidInput
+from pie_core.errors import InvalidInput, PieError
 from pie_core.scheduler.passes import Pass, Tag, queue_unrecorded, record, release_spare, run_pass, spare_pages
 from pie_core.values import ProbeSpec, RequestOutput, SampleSpec
 
@@ -124,6 +124,45 @@ class Chain:
         self.left -= 1
         self.landed(out)
         return out
+
+    def next_soon(self, done: Callable[[bool, Any], None]) -> Callable[[], None] | None:
+        """:meth:`next` without a task when a pass is queued ahead: ``done(True, output)`` once
+        it landed and was recorded (``done(False, error)`` if recording it is impossible and
+        running it again fails). Returns what cancels the call (the pass is then not recorded
+        and the chain pauses), or None, having done nothing, when :meth:`next` must run."""
+        token = self._token
+        if token is None or token in self.stop or self.left <= 0 or not self._queued:
+            return None
+        item = self._queued[0]
+        cancelled = False
+
+        def landed(future: asyncio.Future[RequestOutput]) -> None:
+            if cancelled:
+                return
+            kv = self.ctx.kv
+            good = not future.cancelled() and future.exception() is None
+            if (good and self._open and self._queued and self._queued[0] is item and not kv.released
+                    and kv.resident and kv.length == item.slot):
+                self._queued.popleft()
+                record(kv, item.work)
+                self.left -= 1
+                out = future.result()
+                self.landed(out)
+                done(True, out)
+                return
+            task = asyncio.get_running_loop().create_task(self.next())  # it failed, or the context changed
+            task.add_done_callback(lambda t: done(False, PieError("the host call was cancelled")) if t.cancelled()
+                                   else done(t.exception() is None, t.exception() or t.result()))
+
+        def cancel() -> None:
+            nonlocal cancelled
+            if not cancelled and not item.future.done():
+                cancelled = True
+                self.pause()
+                done(False, PieError("the host call was cancelled"))
+
+        item.future.add_done_callback(landed)
+        return cancel
 
     def pause(self) -> None:
         """Drop the passes run ahead (queued ones leave their batch; pages they reserved go

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from pie_core.engine.engine import Engine
 
 __all__ = ["HostInstance", "SpawnBudget", "ProgramResolver", "ChildRunner", "current", "emitting", "bind", "unbind",
-           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first", "any_thread", "is_any_thread"]
+           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first", "any_thread", "is_any_thread",
+           "soon", "is_soon", "soon_of"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
@@ -153,6 +154,30 @@ def any_thread(fn: F) -> F:
 def is_any_thread(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is marked :func:`any_thread`."""
     return getattr(fn, "__pie_any_thread__", False) is True
+
+
+def soon(form: Callable[..., Callable[[], None] | None]) -> Callable[[F], F]:
+    """Give coroutine host function ``fn`` a callback form that a dispatcher serving a worker
+    or guest starts instead of a task: ``form(*args, done=done)`` starts the call and returns what
+    cancels it, calling ``done(ok, value)`` when it ended; or it returns None, having done
+    nothing, when the call must run as the coroutine after all. An in-process call awaits the
+    coroutine as usual."""
+
+    def mark(fn: F) -> F:
+        fn.__pie_soon__ = form  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def is_soon(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has a callback form (:func:`soon`)."""
+    return getattr(fn, "__pie_soon__", None) is not None
+
+
+def soon_of(fn: Callable[..., Any]) -> Callable[..., Callable[[], None] | None]:
+    """``fn``'s callback form (:func:`soon`)."""
+    return fn.__pie_soon__  # type: ignore[attr-defined,no-any-return]
 
 
 def ready_first(fn: F) -> F:

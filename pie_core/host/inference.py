@@ -14,6 +14,7 @@ from pie_core.errors import InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.ahead import Chain, decode_step
+from pie_core.host.binding import soon
 from pie_core.host.context import HostContext
 from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.scheduler.passes import Pass, Tag, run_pass
@@ -123,6 +124,16 @@ async def forward(
     return _result(out, probes)
 
 
+def _forward_next_soon(ctx: HostContext, done: Callable[[bool, Any], None]) -> Callable[[], None] | None:
+    """:func:`forward_next` as callbacks, when its pass runs ahead (see ``binding.soon``)."""
+    chain = ctx.chain
+    if ctx.released or chain is None:
+        return None
+    probes = chain.probes
+    return chain.next_soon(lambda ok, value: done(ok, _result(value, probes) if ok else value))
+
+
+@soon(_forward_next_soon)
 async def forward_next(ctx: HostContext) -> RequestOutput:
     """The next pass of the decode loop a ``forward(..., ahead=n)`` started on ``ctx``: the token
     its last pass sampled, at the next position, with the same samples and probes; usually

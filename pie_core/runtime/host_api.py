@@ -10,11 +10,12 @@ in-process (:mod:`pie_core.runtime.inprocess`) directly, the sandboxed runners t
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from inferlet import host as _declared
 from inferlet.host import types as _types
@@ -23,14 +24,14 @@ from pie_core.engine.engine import LoadedModel
 from pie_core.errors import BackendError, ContractError, InvalidInput, McpError, NotFound, OutOfPages, PieError, Unsupported
 from pie_core.host import runtime as host_runtime
 from pie_core.host.adapter import HostAdapter
-from pie_core.host.binding import is_off_loop, is_ready_first, run_off_loop
+from pie_core.host.binding import is_off_loop, is_ready_first, is_soon, run_off_loop, soon_of
 from pie_core.host.context import HostContext
 from pie_core.host.grammar import MatcherHandle
 from pie_core.mcp.session import ServerSession
 from pie_core.models.chat_formats.base import ChatBuilder
 
 __all__ = ["HOST_MODULES", "Key", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "invoke",
-           "handle_kind", "check_arguments", "parameter_types"]
+           "start", "Started", "settle", "Done", "handle_kind", "check_arguments", "parameter_types"]
 
 HOST_MODULES = _declared.INTERFACES
 Key = tuple[str, str]
@@ -129,6 +130,61 @@ async def invoke(module: str, name: str, fn: Callable[..., Any], args: tuple[Any
         await args[0].ready()
     value = fn(*args)
     return await value if inspect.isawaitable(value) else value
+
+
+Done = Callable[[bool, Any], None]
+"""``done(ok, value)``: a host call ended with ``value``, or failed with exception ``value``."""
+
+
+class Started(NamedTuple):
+    """A host call :func:`start` started: what cancels it, and the task running it, if any
+    (to wait for before an instance's end is reported)."""
+
+    cancel: Callable[[], None]
+    task: asyncio.Task[Any] | None = None
+
+
+def start(module: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...] | list[Any], *, runner: Any,
+          done: Done) -> Started:
+    """Start declared host function ``fn`` for a sandboxed inferlet, on the event loop, as
+    :func:`invoke` runs it, and call ``done`` when it ended (possibly before this returns).
+
+    A synchronous function that may run on the loop runs at once; one with a callback form
+    (:func:`~pie_core.host.binding.soon`, the decode loop's ``forward_next``) is started through
+    it; anything else runs as a task. Cancelling the call makes ``done`` get a PieError saying
+    so, unless it had ended. The caller binds the instance.
+    """
+    args = tuple(args)
+    try:
+        check_arguments(fn, f"{module}.{name}", args)
+        if is_soon(fn):
+            cancel = soon_of(fn)(*args, done=done)
+            if cancel is not None:
+                return Started(cancel)
+        elif not (inspect.iscoroutinefunction(fn) or is_off_loop(fn) or is_ready_first(fn)
+                  or (module, name) == ("runtime", "spawn")):
+            done(True, fn(*args))
+            return Started(_nothing)
+    except Exception as exc:  # noqa: BLE001 - the inferlet gets it
+        done(False, exc)
+        return Started(_nothing)
+    task = asyncio.get_running_loop().create_task(invoke(module, name, fn, args, runner=runner))
+    task.add_done_callback(lambda t: settle(t, done))
+    return Started(task.cancel, task)
+
+
+def _nothing() -> None:
+    """Cancels a call that already ended."""
+
+
+def settle(task: asyncio.Future[Any], done: Done) -> None:
+    """Hand a finished task's outcome to ``done`` (a cancelled call fails with a PieError)."""
+    if task.cancelled():
+        done(False, PieError("the host call was cancelled"))
+    elif task.exception() is not None:
+        done(False, task.exception())
+    else:
+        done(True, task.result())
 
 
 def handle_kind(obj: Any = None, *, name: str | None = None) -> HandleKind | None:

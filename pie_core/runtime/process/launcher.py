@@ -34,9 +34,10 @@ from pie_core.runtime.process.limits import WorkerLimits
 from pie_core.runtime.process.spawner import Spawner, WorkerProcess
 from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_frame_size
 
-__all__ = ["ProcessLauncher", "MAX_CALLS", "MAX_HANDLES"]
+__all__ = ["ProcessLauncher", "MAX_CALLS", "MAX_HANDLES", "MAX_UNREAD"]
 
 MAX_CALLS = 128  # host calls one worker may have in flight; past it the engine stops reading its pipe
+MAX_UNREAD = 16 * 2**20  # bytes of replies a worker may leave unread before the engine stops reading its calls
 MAX_HANDLES = 2**16  # engine objects one worker may hold
 _MAX_ERROR = 16 * 1024  # characters of a worker's error text that reach the client
 
@@ -158,22 +159,29 @@ _Runner = Callable[[Manifest, dict[str, Any], HostInstance], Awaitable[Event]]
 
 
 class _Session:
-    """The engine's side of one worker's pipe: reads and checks its messages, runs its calls."""
+    """The engine's side of one worker's pipe: reads and checks its messages, runs its calls.
+
+    Calls start as :func:`host_api.start` starts them (a quick one answers at once, a decode
+    step when its pass lands, the rest as tasks) and each reply is written when its call ends.
+    The engine reads no more calls from a worker with :data:`MAX_CALLS` in flight, or whose
+    replies wait unread past :data:`MAX_UNREAD` bytes.
+    """
 
     def __init__(self, worker: WorkerProcess, emit: Callable[[Event], None], runner: _Runner) -> None:
         self.worker, self.emit, self.runner = worker, emit, runner
         self.table = _HandleTable()
         self.codec = Codec(self.table.ref, self.table.get)
-        self.calls: set[asyncio.Task[None]] = set()
+        self.calls: dict[int, host_api.Started] = {}  # call id -> the call in flight
         self.in_flight, self.room = 0, asyncio.Event()
         self.room.set()
-        self.writing = asyncio.Lock()
 
     async def serve(self, first: dict[str, Any], on_started: Callable[[], None]) -> Event:
         self.worker.stdin.write(self.codec.encode(first))
         try:
             while True:
                 await self.room.wait()  # MAX_CALLS calls in flight: read no more until one ends
+                if self.worker.stdin.transport.get_write_buffer_size() > MAX_UNREAD:
+                    await self._drain()  # a worker that does not read its replies gets no more served
                 try:
                     (size,) = HEADER.unpack(await self.worker.stdout.readexactly(HEADER.size))
                     check_frame_size(size)
@@ -186,10 +194,12 @@ class _Session:
                 if final is not None:
                     return final
         finally:  # open host calls end first: a spawned child's worker is killed and its pages are back
-            for task in self.calls:
-                task.cancel()
-            if self.calls:
-                await asyncio.wait(list(self.calls))
+            calls = list(self.calls.values())
+            for call in calls:
+                call.cancel()
+            tasks = [call.task for call in calls if call.task is not None]
+            if tasks:
+                await asyncio.wait(tasks)
 
     def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
         """Check one message and act on it: ``["call", id, module, name, args]``,
@@ -222,46 +232,53 @@ class _Session:
         rid = msg[1]
         if type(rid) is not int or not 0 < rid < 2**63:
             raise ProtocolError(f"call ids are positive 64-bit ints, got {str(rid)[:40]}")
-        self._start(rid, self._call(*msg[2:]))
+        if rid in self.calls:
+            raise ProtocolError(f"call id {rid} is in flight already")
+        self._call(rid, *msg[2:])
         return None
 
-    def _call(self, module: Any, name: Any, args: Any) -> Callable[[], Awaitable[Any]]:
-        """The checked call as a coroutine function; ProtocolError for anything undeclared.
-        Handle arguments were checked when the frame was decoded: each is one the engine gave
-        this worker (:class:`_HandleTable`)."""
+    def _call(self, rid: int, module: Any, name: Any, args: Any) -> None:
+        """Start checked call ``rid``; ProtocolError for anything undeclared. Handle arguments
+        were checked when the frame was decoded: each is one the engine gave this worker
+        (:class:`_HandleTable`)."""
         fn = _declared(lambda: host_api.host_function(module, name))
         if not isinstance(args, (list, tuple)):
             raise ProtocolError("a call's arguments are a list")
-        return lambda: host_api.invoke(module, name, fn, args, runner=self.runner)
-
-    def _start(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
         self.in_flight += 1
         if self.in_flight >= MAX_CALLS:
             self.room.clear()
-        task = asyncio.get_running_loop().create_task(self._answer(rid, run))
-        self.calls.add(task)
-        task.add_done_callback(self._ended)
+        ended = False
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        self.calls.discard(task)
-        self.in_flight -= 1
-        self.room.set()
+        def done(ok: bool, value: Any) -> None:  # once per call
+            nonlocal ended
+            ended = True
+            self.calls.pop(rid, None)
+            self.in_flight -= 1
+            self.room.set()
+            self._reply(rid, ok, value)
 
-    async def _answer(self, rid: int, run: Callable[[], Awaitable[Any]]) -> None:
+        started = host_api.start(module, name, fn, args, runner=self.runner, done=done)
+        if not ended:
+            self.calls[rid] = started
+
+    def _reply(self, rid: int, ok: bool, value: Any) -> None:
+        """Write the reply to call ``rid`` (an error that cannot cross crosses as its name)."""
         try:
-            data = self.codec.encode(["reply", rid, True, await run()])
-        except Exception as exc:  # the host call failed (or its result cannot cross): the worker re-raises it
+            data = self.codec.encode(["reply", rid, ok, value])
+        except (TypeError, ValueError) as exc:  # the result cannot cross: the worker gets why
+            problem = value if not ok else exc
             try:
-                data = self.codec.encode(["reply", rid, False, exc])
+                data = self.codec.encode(["reply", rid, False, problem])
             except (TypeError, ValueError):
-                data = self.codec.encode(["reply", rid, False, PieError(f"{type(exc).__name__} (message too large)")])
-        async with self.writing:  # one frame at a time, each drained: a worker that stops reading holds one
-            if self.worker.running and not self.worker.stdin.is_closing():
-                self.worker.stdin.write(data)
-                try:
-                    await self.worker.stdin.drain()
-                except (ConnectionError, BrokenPipeError):
-                    pass
+                data = self.codec.encode(["reply", rid, False, PieError(f"{type(problem).__name__} (message too large)")])
+        if self.worker.running and not self.worker.stdin.is_closing():
+            self.worker.stdin.write(data)
+
+    async def _drain(self) -> None:
+        try:
+            await self.worker.stdin.drain()
+        except (ConnectionError, BrokenPipeError):
+            pass
 
 
 def _declared(find: Callable[[], Any]) -> Any:

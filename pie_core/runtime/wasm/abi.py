@@ -35,7 +35,8 @@ Lift = Callable[[Any, Any], Any]
 """``lift(call, c)``: the engine's value of C value ``c`` (consumed), for the import call ``call``."""
 
 Lower = Callable[[Any, Any, Any], None]
-"""``lower(call, value, ptr)``: write the engine's ``value`` as a C value at ``ptr``."""
+"""``lower(call, value, dst)``: write the engine's ``value`` into C value ``dst`` (a
+``wasmtime_component_val_t``)."""
 
 _VAL = ffi.wasmtime_component_val_t
 _SMALL = 32  # lists of scalars up to this long are moved element by element, longer ones with numpy
@@ -167,8 +168,9 @@ def _lift_option(inner: Lift) -> Lift:
         ptr = c.of.option
         if not ptr:
             return None
-        value = inner(call, ptr.contents)
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_BOOL
+        inner_c = ptr.contents
+        value = inner(call, inner_c)
+        inner_c.kind = ffi.WASMTIME_COMPONENT_BOOL
         ffi.wasmtime_component_val_delete(ptr)
         return value
 
@@ -249,9 +251,9 @@ def lower(ty: wt.ValType, spec: Spec) -> Lower:
         field, code, _ = _SCALARS[kind]
         cast = float if kind in (wt.F32, wt.F64) else bool if kind is wt.Bool else int
 
-        def scalar(call: Call, value: Any, ptr: Any) -> None:
-            ptr.contents.kind = code
-            setattr(ptr.contents.of, field, cast(value))
+        def scalar(call: Call, value: Any, dst: Any) -> None:
+            dst.kind = code
+            setattr(dst.of, field, cast(value))
 
         return scalar
     if kind is wt.String:
@@ -276,13 +278,13 @@ def lower(ty: wt.ValType, spec: Spec) -> Lower:
     raise TypeError(f"no lowering of {ty!r} as {spec!r}")
 
 
-def _lower_str(call: Call, value: Any, ptr: Any) -> None:
-    ptr.contents.kind = ffi.WASMTIME_COMPONENT_STRING
-    ptr.contents.of.string = ffi.str_to_capi(value)
+def _lower_str(call: Call, value: Any, dst: Any) -> None:
+    dst.kind = ffi.WASMTIME_COMPONENT_STRING
+    dst.of.string = ffi.str_to_capi(value)
 
 
-def _lower_json(call: Call, value: Any, ptr: Any) -> None:
-    _lower_str(call, json.dumps(value), ptr)
+def _lower_json(call: Call, value: Any, dst: Any) -> None:
+    _lower_str(call, json.dumps(value), dst)
 
 
 def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
@@ -293,7 +295,7 @@ def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
 
         field = _SCALARS[type(element)][0]
 
-        def scalars(call: Call, value: Any, ptr: Any) -> None:
+        def scalars(call: Call, value: Any, dst: Any) -> None:
             n = len(value)
             raw = ffi.wasmtime_component_vallist_t()
             ffi.wasmtime_component_vallist_new_uninit(raw, n)
@@ -309,26 +311,26 @@ def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
                 view = _view(ctypes.cast(raw.data, ctypes.c_void_p).value or 0, n, dtype)
                 view["kind"] = code
                 view["v"] = values
-            ptr.contents.kind = ffi.WASMTIME_COMPONENT_LIST
-            ptr.contents.of.list = raw
+            dst.kind = ffi.WASMTIME_COMPONENT_LIST
+            dst.of.list = raw
 
         return scalars
     each = lower(element, spec[1] if spec is not None and spec[0] == "l" else spec)
 
-    def items(call: Call, value: Any, ptr: Any) -> None:
+    def items(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_vallist_t()
         ffi.wasmtime_component_vallist_new_uninit(raw, len(value))
         done = 0
         try:
             for i, v in enumerate(value):
-                each(call, v, ctypes.pointer(raw.data[i]))
+                each(call, v, raw.data[i])
                 done += 1
         except BaseException:
             _fill_bools(raw.data, done, len(value))
             ffi.wasmtime_component_vallist_delete(byref(raw))
             raise
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_LIST
-        ptr.contents.of.list = raw
+        dst.kind = ffi.WASMTIME_COMPONENT_LIST
+        dst.of.list = raw
 
     return items
 
@@ -342,33 +344,33 @@ def _fill_bools(data: Any, start: int, stop: int) -> None:
 
 
 def _lower_option(inner: Lower) -> Lower:
-    def option(call: Call, value: Any, ptr: Any) -> None:
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_OPTION
+    def option(call: Call, value: Any, dst: Any) -> None:
+        dst.kind = ffi.WASMTIME_COMPONENT_OPTION
         if value is None:
-            ptr.contents.of.option = None
+            dst.of.option = None
             return
         raw = _VAL()
-        inner(call, value, ctypes.pointer(raw))
-        ptr.contents.of.option = ffi.wasmtime_component_val_new(byref(raw))
+        inner(call, value, raw)
+        dst.of.option = ffi.wasmtime_component_val_new(byref(raw))
 
     return option
 
 
 def _lower_tuple(items: list[Lower]) -> Lower:
-    def tuple_(call: Call, value: Any, ptr: Any) -> None:
+    def tuple_(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_valtuple_t()
         ffi.wasmtime_component_valtuple_new_uninit(raw, len(items))
         done = 0
         try:
             for i, (each, v) in enumerate(zip(items, value)):
-                each(call, v, ctypes.pointer(raw.data[i]))
+                each(call, v, raw.data[i])
                 done += 1
         except BaseException:
             _fill_bools(raw.data, done, len(items))
             ffi.wasmtime_component_valtuple_delete(byref(raw))
             raise
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_TUPLE
-        ptr.contents.of.tuple = raw
+        dst.kind = ffi.WASMTIME_COMPONENT_TUPLE
+        dst.of.tuple = raw
 
     return tuple_
 
@@ -389,14 +391,14 @@ def _name(text: str) -> Callable[[], Any]:
 def _lower_record(fields: list[tuple[str, Lower]], attrs: list[str]) -> Lower:
     names = [_name(name) for name, _ in fields]
 
-    def record(call: Call, value: Any, ptr: Any) -> None:
+    def record(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_valrecord_t()
         ffi.wasmtime_component_valrecord_new_uninit(raw, len(fields))
         done = 0
         try:
             for i, ((_, each), attr, name) in enumerate(zip(fields, attrs, names)):
                 entry = raw.data[i]
-                each(call, getattr(value, attr), ctypes.pointer(entry.val))
+                each(call, getattr(value, attr), entry.val)
                 entry.name = name()
                 done += 1
         except BaseException:
@@ -405,26 +407,26 @@ def _lower_record(fields: list[tuple[str, Lower]], attrs: list[str]) -> Lower:
                 raw.data[j].val.of.boolean = False
             ffi.wasmtime_component_valrecord_delete(byref(raw))
             raise
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_RECORD
-        ptr.contents.of.record = raw
+        dst.kind = ffi.WASMTIME_COMPONENT_RECORD
+        dst.of.record = raw
 
     return record
 
 
-def _lower_enum(call: Call, value: Any, ptr: Any) -> None:
-    ptr.contents.kind = ffi.WASMTIME_COMPONENT_ENUM
-    ptr.contents.of.enumeration = ffi.str_to_capi(kebab(value.name))
+def _lower_enum(call: Call, value: Any, dst: Any) -> None:
+    dst.kind = ffi.WASMTIME_COMPONENT_ENUM
+    dst.of.enumeration = ffi.str_to_capi(kebab(value.name))
 
 
 def _lower_probe(cases: dict[str, Lower]) -> Lower:
-    def probe(call: Call, value: Any, ptr: Any) -> None:
+    def probe(call: Call, value: Any, dst: Any) -> None:
         kind = call.kinds.pop(0) if call.kinds else None
         case, payload = _probe_case(value, kind)
         raw = _VAL()
-        cases[case](call, payload, ctypes.pointer(raw))
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_VARIANT
-        ptr.contents.of.variant.discriminant = ffi.str_to_capi(case)
-        ptr.contents.of.variant.val = ffi.wasmtime_component_val_new(byref(raw))
+        cases[case](call, payload, raw)
+        dst.kind = ffi.WASMTIME_COMPONENT_VARIANT
+        dst.of.variant.discriminant = ffi.str_to_capi(case)
+        dst.of.variant.val = ffi.wasmtime_component_val_new(byref(raw))
 
     return probe
 
@@ -441,10 +443,10 @@ def _probe_case(value: Any, kind: Any) -> tuple[str, Any]:
 
 
 def _lower_handle(resource: str) -> Lower:
-    def handle(call: Call, value: Any, ptr: Any) -> None:
+    def handle(call: Call, value: Any, dst: Any) -> None:
         type_id, rep = call.guest.resource(resource, value)
         host = wt.ResourceHost.own(rep, type_id)
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_RESOURCE
-        ptr.contents.of.resource = host.to_any(call.store)._consume()
+        dst.kind = ffi.WASMTIME_COMPONENT_RESOURCE
+        dst.of.resource = host.to_any(call.store)._consume()
 
     return handle

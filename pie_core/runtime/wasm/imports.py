@@ -47,6 +47,7 @@ class Guest:
         self.next_pending = 0
         self.partial: dict[str, str] = {"stdout": "", "stderr": ""}
         self.kinds: dict[int, list[Any]] = {}  # pending forward -> its probes' kinds
+        self.cancels: dict[int, Callable[[], None]] = {}  # call -> what cancels it (touched on the loop only)
         self.decoders: dict[str, Any] = {}
 
     # -- handles -----------------------------------------------------------------------------
@@ -102,8 +103,26 @@ class Guest:
             self.kinds[number] = [p.kind for p in args[6]]
         elif (module, name) == ("inference", "forward_next") and getattr(args[0], "chain", None) is not None:
             self.kinds[number] = [p.kind for p in args[0].chain.probes]
-        self.pending[number] = asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.pending[number] = future
+        self.loop.call_soon_threadsafe(self._begin, number, module, name, fn, args, future)
         return True, number
+
+    def _begin(self, number: int, module: str, name: str, fn: Callable[..., Any], args: list[Any],
+               future: concurrent.futures.Future[Any]) -> None:
+        """On the loop (bound to the instance, whose context the guest's thread carries): start
+        the call; its outcome settles ``future``, which the guest's thread waits on."""
+        if future.cancelled():
+            return
+
+        def done(ok: bool, value: Any) -> None:
+            self.cancels.pop(number, None)
+            if not future.done():
+                future.set_result(value) if ok else future.set_exception(value)
+
+        started = host_api.start(module, name, fn, args, runner=self.runner, done=done)
+        if not future.done():
+            self.cancels[number] = started.cancel
 
     def finish(self, call: int) -> tuple[Outcome, list[Any]]:
         """The second half: the value of call ``call`` (waiting for it if it still runs), and
@@ -152,10 +171,18 @@ class Guest:
         fut = self.pending.pop(call, None)
         if fut is not None:
             fut.cancel()
+            self.loop.call_soon_threadsafe(self._cancel, call)
+
+    def _cancel(self, call: int) -> None:
+        cancel = self.cancels.pop(call, None)
+        if cancel is not None:
+            cancel()
 
     def cancel_all(self) -> None:
-        for fut in self.pending.values():
+        for call, fut in list(self.pending.items()):
             fut.cancel()
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self._cancel, call)
         self.pending.clear()
 
     async def _invoke(self, module: str, name: str, fn: Callable[..., Any], args: list[Any]) -> Any:

@@ -73,7 +73,7 @@ def _trampoline(env, context, ty, args, nargs, results, nresults):  # type: igno
         values = [lift(call, args[i]) for i, lift in enumerate(entry.lifts)]
         value = entry.run(guest, call, values)
         if entry.lower is not None:
-            entry.lower(call, value, results)
+            entry.lower(call, value, results[0])
     return catch_exceptions(context, run)
 
 
@@ -174,26 +174,26 @@ def _result(ftype: wc.FuncType, spec: Any) -> Callable[[abi.Call, Any, Any], Non
     fields = [name for name, _ in err_type.fields]
     assert fields == ["kind", "message"], fields
 
-    def lower(call: abi.Call, outcome: tuple[bool, Any], ptr: Any) -> None:
+    def lower(call: abi.Call, outcome: tuple[bool, Any], dst: Any) -> None:
         good, value = outcome
         raw = ffi.wasmtime_component_val_t()
         if good:
             if ok is not None:
-                ok(call, value, ctypes.pointer(raw))
+                ok(call, value, raw)
                 payload = ffi.wasmtime_component_val_new(ctypes.byref(raw))
             else:
                 payload = None
         else:
-            _lower_error(value, ctypes.pointer(raw))
+            _lower_error(value, raw)
             payload = ffi.wasmtime_component_val_new(ctypes.byref(raw))
-        ptr.contents.kind = ffi.WASMTIME_COMPONENT_RESULT
-        ptr.contents.of.result.is_ok = good
-        ptr.contents.of.result.val = payload
+        dst.kind = ffi.WASMTIME_COMPONENT_RESULT
+        dst.of.result.is_ok = good
+        dst.of.result.val = payload
 
     return lower
 
 
-def _lower_error(exc: BaseException, ptr: Any) -> None:
+def _lower_error(exc: BaseException, dst: Any) -> None:
     """``exc`` as the ``error`` record: its nearest declared class in kebab-case, its message."""
     cls = next((c for c in type(exc).__mro__ if c in _ERRORS), Exception)
     kind = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__).lower()
@@ -206,5 +206,5 @@ def _lower_error(exc: BaseException, ptr: Any) -> None:
     message_entry.name = ffi.str_to_capi("message")
     message_entry.val.kind = ffi.WASMTIME_COMPONENT_STRING
     message_entry.val.of.string = ffi.str_to_capi(str(exc)[:64 * 1024])
-    ptr.contents.kind = ffi.WASMTIME_COMPONENT_RECORD
-    ptr.contents.of.record = raw
+    dst.kind = ffi.WASMTIME_COMPONENT_RECORD
+    dst.of.record = raw
