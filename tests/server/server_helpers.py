@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
 from typing import Any, Callable
 
 import msgpack
@@ -28,3 +31,16 @@ async def raw_request(ws: Any, frame: Any) -> dict[str, Any]:
 def raw_connect(url: str, token: str | None = None) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     return ws_connect(url, additional_headers=headers)
+
+
+def http_request(url: str, body: dict | None = None, token: str | None = None) -> tuple[int, str, bytes]:
+    """A blocking HTTP request (POST with a JSON body, GET without): status, content type, body."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, resp.headers.get("content-type", ""), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("content-type", ""), exc.read()

@@ -1,14 +1,20 @@
-"""The OpenAI API of ``pie serve`` through the official ``openai`` client (dummy backend): logprobs,
-n choices, tool calls and embeddings; bounds on each with clear 400s."""
+"""The OpenAI API of ``pie serve`` through the official ``openai`` client (dummy backend), in every
+isolation the server offers (in-process, worker processes, the wasm sandbox): chat and
+completions whole and streamed, logprobs, n choices, tool calls, ``response_format``,
+embeddings, many clients at once; bounds on each with clear 400s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from conftest import isolated
+from server_helpers import http_request
 from pie_core.backend_kit.dummy import _table, dummy_logits
 from pie_core.server.openai_request import MAX_N, MAX_TOP_LOGPROBS
 
@@ -23,6 +29,16 @@ TIME = {"type": "function", "function": {
     "name": "get_time", "description": "Local time in a city.",
     "parameters": {"type": "object", "properties": {"city": {"enum": ["oslo", "lima"]}}, "required": ["city"],
                    "additionalProperties": False}}}
+
+
+@pytest.fixture(params=["inprocess", "process", "wasm"])
+def served(request, served):
+    """The server of conftest's ``served``, running its inferlets (the OpenAI handler among them)
+    in each isolation ``pie serve`` offers: every request must work the same in each."""
+    def run(scenario, **options):
+        return served(scenario, launcher=isolated(request.param), **options)
+
+    return run
 
 
 def client(s, user: str = "alice"):
@@ -182,6 +198,51 @@ def test_embeddings_are_unit_vectors_in_input_order_as_floats_or_base64(served):
         assert np.allclose(b64.data[1].embedding, floats.data[1].embedding, atol=1e-6)
         assert np.allclose(ids.data[0].embedding, floats.data[0].embedding)
         assert floats.usage.prompt_tokens == sum(len(model.tokenizer.encode(t)) for t in texts)
+
+    served(scenario)
+
+
+def test_response_format_json_schema_gives_a_reply_that_follows_it(served):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "color": {"enum": ["red", "blue"]}},
+              "required": ["ok", "color"], "additionalProperties": False}
+
+    async def scenario(s):
+        async with client(s) as c:
+            fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+            for extra in ({"temperature": 0}, {"seed": 3}):
+                reply = await c.chat.completions.create(model=_model(s), messages=MSG, max_tokens=60,
+                                                        response_format=fmt, **extra)
+                assert reply.choices[0].finish_reason == "stop"
+                value = json.loads(reply.choices[0].message.content)
+                assert isinstance(value["ok"], bool) and value["color"] in ("red", "blue") and len(value) == 2
+
+    served(scenario)
+
+
+def test_forty_clients_at_once_each_get_their_reply_whole_or_streamed_to_done(served):
+    """Half the clients stream (each stream ends with ``[DONE]``), half do not; all at once."""
+
+    def one(s, i):
+        body = {"model": _model(s), "messages": [{"role": "user", "content": f"client {i}"}], "max_tokens": 5,
+                "temperature": 0, "stream": bool(i % 2)}
+        status, _, raw = http_request(s.http + "/v1/chat/completions", body, s.tokens["alice"])
+        assert status == 200, raw
+        if not body["stream"]:
+            return json.loads(raw)["choices"][0]["message"]["content"]
+        lines = [ln[6:] for ln in raw.decode().split("\n\n") if ln.startswith("data: ")]
+        assert lines[-1] == "[DONE]", lines[-3:]
+        chunks = [json.loads(x) for x in lines[:-1]]
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+
+    async def scenario(s):
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(40) as pool:
+            texts = await asyncio.gather(*(loop.run_in_executor(pool, one, s, i) for i in range(40)))
+        async with client(s) as c:  # greedy: each text is what the same request alone gives
+            for i in (0, 1, 38, 39):
+                alone = await c.chat.completions.create(model=_model(s), max_tokens=5, temperature=0,
+                                                        messages=[{"role": "user", "content": f"client {i}"}])
+                assert alone.choices[0].message.content == texts[i]
 
     served(scenario)
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.request
 
 import msgpack
 from conftest import PROBE
-from server_helpers import raw_connect, raw_request, wait_until
+from server_helpers import http_request, raw_connect, raw_request, wait_until
 
 from pie_core.cli.main import main as pie_main
 from pie_core.client import connect
@@ -47,25 +46,13 @@ def test_shutdown_gives_running_inferlets_an_error_event(served):
     served(scenario)
 
 
-def _http(url: str, body: dict | None = None, token: str | None = None) -> tuple[int, str, bytes]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
-    try:
-        with urllib.request.urlopen(req) as resp:
-            return resp.status, resp.headers.get("content-type", ""), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers.get("content-type", ""), exc.read()
-
-
 def test_health_and_metrics(served):
     async def scenario(s):
         async with await connect(s.url, s.tokens["alice"]) as client:
             await (await client.launch(await client.install(PROBE), {"mode": "generate", "max_tokens": 3})).wait()
-        status, _, body = await asyncio.to_thread(_http, s.http + "/health")
+        status, _, body = await asyncio.to_thread(http_request, s.http + "/health")
         assert status == 200 and json.loads(body)["status"] == "ok"
-        status, ctype, body = await asyncio.to_thread(_http, s.http + "/metrics")
+        status, ctype, body = await asyncio.to_thread(http_request, s.http + "/metrics")
         text = body.decode()
         assert status == 200 and ctype.startswith("text/plain")
         samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
@@ -74,7 +61,7 @@ def test_health_and_metrics(served):
             assert name in samples, f"/metrics has no sample of {name}"
         batches = [line for line in text.splitlines() if line.startswith("pie_batches_total{")]
         assert float(batches[0].split()[-1]) >= 3
-        status, _, body = await asyncio.to_thread(_http, s.http + "/nope")
+        status, _, body = await asyncio.to_thread(http_request, s.http + "/nope")
         assert status == 404 and b"no route GET /nope" in body
 
     served(scenario)
@@ -85,11 +72,11 @@ def test_chat_completions_on_the_dummy_backend(served):
         url = s.http + "/v1/chat/completions"
         tok = s.tokens["alice"]
         msg = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-        status, _, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 4, "temperature": 0}, tok)
+        status, _, body = await asyncio.to_thread(http_request, url, {"messages": msg, "max_tokens": 4, "temperature": 0}, tok)
         reply = json.loads(body)
         assert status == 200 and reply["object"] == "chat.completion"
         assert reply["usage"]["completion_tokens"] <= 4 and reply["choices"][0]["message"]["role"] == "assistant"
-        status, ctype, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 4, "temperature": 0,
+        status, ctype, body = await asyncio.to_thread(http_request, url, {"messages": msg, "max_tokens": 4, "temperature": 0,
                                                                    "stream": True,
                                                                    "stream_options": {"include_usage": True}}, tok)
         lines = [ln[6:] for ln in body.decode().split("\n\n") if ln.startswith("data: ")]
@@ -103,14 +90,14 @@ def test_chat_completions_on_the_dummy_backend(served):
         assert chunks[-1]["usage"] == reply["usage"] and chunks[-1]["choices"] == []
         schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
         fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
-        status, _, body = await asyncio.to_thread(_http, url, {"messages": msg, "max_tokens": 40, "response_format": fmt}, tok)
+        status, _, body = await asyncio.to_thread(http_request, url, {"messages": msg, "max_tokens": 40, "response_format": fmt}, tok)
         content = json.loads(body)["choices"][0]["message"]["content"]
         assert status == 200 and isinstance(json.loads(content)["ok"], bool)
-        status, _, body = await asyncio.to_thread(_http, url, {"messages": [{"role": "tool", "content": "x"}]}, tok)
+        status, _, body = await asyncio.to_thread(http_request, url, {"messages": [{"role": "tool", "content": "x"}]}, tok)
         assert status == 400 and "messages[0].role" in json.loads(body)["error"]["message"]
-        status, _, body = await asyncio.to_thread(_http, url, {"model": "gpt-9", "messages": msg}, tok)
+        status, _, body = await asyncio.to_thread(http_request, url, {"model": "gpt-9", "messages": msg}, tok)
         assert status == 404 and "not served here" in json.loads(body)["error"]["message"]
-        status, _, body = await asyncio.to_thread(_http, s.http + "/v1/completions", {"prompt": "a", "max_tokens": 3}, tok)
+        status, _, body = await asyncio.to_thread(http_request, s.http + "/v1/completions", {"prompt": "a", "max_tokens": 3}, tok)
         assert status == 200 and json.loads(body)["object"] == "text_completion"
         await wait_until(lambda: len(s.server.processes) == 0)
 
@@ -122,16 +109,16 @@ def test_stop_strings_cut_the_reply_and_are_never_streamed(served):
         url, tok = s.http + "/v1/chat/completions", s.tokens["alice"]
         msg = [{"role": "user", "content": "hi"}]
         greedy = {"messages": msg, "max_tokens": 12, "temperature": 0}
-        _, _, body = await asyncio.to_thread(_http, url, greedy, tok)
+        _, _, body = await asyncio.to_thread(http_request, url, greedy, tok)
         full = json.loads(body)["choices"][0]["message"]["content"]
-        _, _, again = await asyncio.to_thread(_http, url, greedy, tok)
+        _, _, again = await asyncio.to_thread(http_request, url, greedy, tok)
         assert json.loads(again)["choices"][0]["message"]["content"] == full  # greedy is repeatable
         stop = full[len(full) // 2 : len(full) // 2 + 3]
         expect = full[: full.index(stop)]
-        _, _, body = await asyncio.to_thread(_http, url, {**greedy, "stop": [stop]}, tok)
+        _, _, body = await asyncio.to_thread(http_request, url, {**greedy, "stop": [stop]}, tok)
         choice = json.loads(body)["choices"][0]
         assert choice["message"]["content"] == expect and choice["finish_reason"] == "stop"
-        _, _, body = await asyncio.to_thread(_http, url, {**greedy, "stop": stop, "stream": True}, tok)
+        _, _, body = await asyncio.to_thread(http_request, url, {**greedy, "stop": stop, "stream": True}, tok)
         chunks = [json.loads(x[6:]) for x in body.decode().split("\n\n") if x.startswith("data: {")]
         streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
         assert streamed == expect and chunks[-1]["choices"][0]["finish_reason"] == "stop"
