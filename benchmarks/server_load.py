@@ -4,6 +4,8 @@
     python benchmarks/server_load.py --isolation inprocess --clients 100 --json load.json
     python benchmarks/server_load.py --waves 3 --set server.worker_start_s=0
     python benchmarks/server_load.py --hostile                     # + one attacker per class (issue 13)
+    python benchmarks/server_load.py --isolation all --clients 16 --max-tokens 64 --backend-option step_ms=10
+                                                                   # the runners side by side (issue 33)
 
 For each isolation mode the script starts ``pie serve --dummy --no-auth --port 0`` as a
 subprocess on loopback (with a fresh ``PIE_HOME`` and data dir, so no user config applies;
@@ -27,6 +29,13 @@ with one attacker per class of ``benchmarks/attackers.py`` running beside them a
 event hogging, pipelined floods, slowloris HTTP, log injection, malformed OpenAI bodies). The run
 is clean when no honest client fails, no attacker breaches anything, and the honest p99 with
 attackers is at most twice the baseline's.
+
+With ``--isolation all`` (in-process, worker processes, the wasm sandbox) the table also gives
+each mode's decode rate (tokens the backend sampled over the wave's wall time), its ratio to the
+in-process one, and the host calls the inferlets made per sampled token (``/metrics``'
+``pie_host_calls_total``; in a sandbox each call is a round trip). ``--backend-option
+step_ms=10`` gives every dummy batch 10 ms, like a small model's step on a GPU, so what the
+runners cost shows beside it.
 
 Exits 1 if any client failed or the server did not end clean.
 """
@@ -61,8 +70,10 @@ _URL = re.compile(r"ws://127\.0\.0\.1:(\d+)")
 class ServeProcess:
     """``pie serve --dummy --no-auth`` in a subprocess on a free loopback port."""
 
-    def __init__(self, isolation: str, workdir: Path, settings: dict[str, Any], tokens: dict[str, str] | None = None) -> None:
+    def __init__(self, isolation: str, workdir: Path, settings: dict[str, Any], tokens: dict[str, str] | None = None,
+                 backend_options: list[str] | None = None) -> None:
         self.isolation = isolation
+        self.backend_options = backend_options or []
         self.tokens = tokens  # user -> token: auth on with these users; None: --no-auth
         self.workdir = workdir
         self.log_path = workdir / f"serve-{isolation}.log"
@@ -94,6 +105,8 @@ class ServeProcess:
         auth = [] if self.tokens else ["--no-auth"]
         argv = ["serve", "--dummy", *auth, "--host", "127.0.0.1", "--port", "0", "--status-interval", "0",
                 "--isolation", self.isolation, "--data-dir", str(self.workdir / f"data-{self.isolation}")]
+        for option in self.backend_options:
+            argv += ["--backend-option", option]
         with open(self.log_path, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", "import sys; from pie_core.cli.main import main; sys.exit(main())", *argv,
@@ -191,8 +204,13 @@ async def _wave(server: ServeProcess, clients: int, max_tokens: int, timeout: fl
         "first_event_s": _percentiles([r["first_event_s"] for r in ok if r["first_event_s"] is not None]),
         "wall_s": wall,
         "tokens_returned": sum(r["tokens"] for r in ok),
+        # while every client decodes: its tokens after the first over the time from its first to its return
+        "decode_tok_s": (len(ok) * float(np.mean([r["tokens"] - 1 for r in ok]))
+                         / float(np.mean([r["latency_s"] - r["first_event_s"] for r in ok])))
+        if ok and all(r["first_event_s"] is not None and r["latency_s"] > r["first_event_s"] for r in ok) else 0.0,
         "generated_tokens": int(after["pie_generated_tokens_total"] - before["pie_generated_tokens_total"]),
         "batches": int(batches),
+        "host_calls": int(after.get("pie_host_calls_total", 0) - before.get("pie_host_calls_total", 0)),
         "backend_s": after["pie_backend_seconds_total"] - before["pie_backend_seconds_total"],
         "mean_batch_requests": requests / batches if batches else 0.0,
         "load_avg_1m": [load0, load1],
@@ -239,10 +257,11 @@ async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, w
 
 
 async def run_mode(isolation: str, clients: int, max_tokens: int, waves: int, workdir: Path,
-                   settings: dict[str, Any], timeout: float, hostile: bool = False) -> list[dict[str, Any]]:
+                   settings: dict[str, Any], timeout: float, hostile: bool = False,
+                   backend_options: list[str] | None = None) -> list[dict[str, Any]]:
     """Start a server, run ``waves`` waves of ``clients`` concurrent clients one after another
     (then, with ``hostile``, the same waves with attackers beside them), stop it."""
-    server = ServeProcess(isolation, workdir, settings, HOSTILE_TOKENS if hostile else None)
+    server = ServeProcess(isolation, workdir, settings, HOSTILE_TOKENS if hostile else None, backend_options)
     token = HOSTILE_TOKENS["honest"] if hostile else None
     await server.start()
     rows = []
@@ -296,6 +315,24 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def runner_table(rows: list[dict[str, Any]]) -> str:
+    """Decode tok/s per mode (best wave), its ratio to in-process, and host calls per token."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if not r.get("attacked") and r["completed"] and (r["isolation"] not in best or r["wall_s"] < best[r["isolation"]]["wall_s"]):
+            best[r["isolation"]] = r
+    base = best.get("inprocess")
+    lines = ["| isolation | clients | tokens | wall s | first token p50 s | decode tok/s | vs in-process | "
+             "host calls / token | mean reqs/batch |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for mode, r in best.items():
+        rate = r["decode_tok_s"]
+        ratio = f"{rate / base['decode_tok_s']:.2f}x" if base and base["decode_tok_s"] else "—"
+        per = r["host_calls"] / r["generated_tokens"] if r["generated_tokens"] else 0.0
+        lines.append(f"| {mode} | {r['clients']} | {r['generated_tokens']} | {r['wall_s']:.2f} | "
+                     f"{_fmt(r['first_event_s']['p50'])} | {rate:.0f} | {ratio} | {per:.2f} | {r['mean_batch_requests']:.1f} |")
+    return "\n".join(lines)
+
+
 def clean(r: dict[str, Any]) -> bool:
     if r.get("attacked"):  # attackers may still hold their own pages and processes at the wave's end
         return r["errors"] == 0 and r["server_exit_code"] == 0 and not any(a["breaches"] for a in r["attacks"])
@@ -332,7 +369,10 @@ def main() -> int:
     parser.add_argument("--process-clients", type=int, help="clients for --isolation process (default: --clients)")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens each client generates (default: 16)")
     parser.add_argument("--waves", type=int, default=1, help="waves per mode, one after another on one server (default: 1)")
-    parser.add_argument("--isolation", choices=["both", "inprocess", "process"], default="both")
+    parser.add_argument("--isolation", choices=["both", "all", "inprocess", "process", "wasm"], default="both",
+                        help="both: inprocess and process; all: those and wasm (default: both)")
+    parser.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to pie serve, e.g. step_ms=10 for the dummy's step time (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting for the server's config.toml, e.g. server.worker_start_s=0 (repeatable)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one wave may take (default: 600)")
@@ -351,7 +391,7 @@ def main() -> int:
     info = machine()
     print(f"{info['cpus']} CPUs · Python {info['python']} · " +
           " · ".join(f"{k} {v}" for k, v in info["packages"].items()) + f" · load {info['load_avg_1m']:.2f}", flush=True)
-    modes = ["inprocess", "process"] if args.isolation == "both" else [args.isolation]
+    modes = {"both": ["inprocess", "process"], "all": ["inprocess", "process", "wasm"]}.get(args.isolation, [args.isolation])
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="pie-load-") as tmp:
         for mode in modes:
@@ -359,8 +399,9 @@ def main() -> int:
             print(f"{mode}: {args.waves} × {n} clients × text-completion, max_tokens {args.max_tokens} …",
                   file=sys.stderr, flush=True)
             rows += asyncio.run(run_mode(mode, n, args.max_tokens, args.waves, Path(tmp), settings, args.timeout,
-                                         args.hostile))
+                                         args.hostile, args.backend_option))
     print(table(rows))
+    print(runner_table(rows))
     failures = hostile_verdict(rows) if args.hostile else []
     if args.hostile:
         print(attack_table(rows))

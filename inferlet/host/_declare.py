@@ -30,12 +30,14 @@ class Declaration:
         stub: The declared function itself (its signature, hints and docstring).
         function: What the SDK calls: the stub's signature, forwarding to the transport.
         is_async: A coroutine host function (``async def``).
+        oneway: The caller does not wait for it (see :func:`host`).
     """
 
     key: Key
     stub: Callable[..., Any]
     function: Callable[..., Any]
     is_async: bool
+    oneway: bool = False
 
     @property
     def parameters(self) -> list[inspect.Parameter]:
@@ -46,13 +48,26 @@ DECLARED: dict[Key, Declaration] = {}
 """Every declared host function, filled as the interface modules are imported."""
 
 
-def host(stub: F) -> F:
-    """Declare ``stub`` as host function ``(<its module's last name>, <its name>)``.
+def host(stub: F | None = None, *, oneway: bool = False) -> Any:
+    """Declare ``stub`` as host function ``(<its module's last name>, <its name>)``
+    (``@host``, or ``@host(oneway=True)``).
+
+    Args:
+        oneway: The call returns None and the caller need not wait for it: a transport may send
+            it without waiting (``Transport.tell``), and a failure is the host's to log, never
+            the caller's to catch. For emitting events and releasing from finalisers.
 
     Raises:
         TypeError: A parameter is not positional-or-keyword (every transport passes the
-            arguments in declared order), or the name is declared twice.
+            arguments in declared order), the name is declared twice, or a one-way call is a
+            coroutine.
     """
+    if stub is None:
+        return lambda fn: _declare(fn, oneway)
+    return _declare(stub, oneway)
+
+
+def _declare(stub: F, oneway: bool) -> F:
     key = (stub.__module__.rpartition(".")[2], stub.__name__)
     if key in DECLARED:
         raise TypeError(f"host function {key[0]}.{key[1]} is declared twice")
@@ -61,14 +76,17 @@ def host(stub: F) -> F:
     if odd:
         raise TypeError(f"{key[0]}.{key[1]}: parameters {odd} must be plain positional-or-keyword ones")
     is_async = inspect.iscoroutinefunction(stub)
+    if oneway and is_async:
+        raise TypeError(f"{key[0]}.{key[1]}: a one-way call is a plain function")
     names = [p.name for p in params]
     defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
     signature = ", ".join(f"{n}=_defaults[{n!r}]" if n in defaults else n for n in names)
     args = "(" + "".join(f"{n}, " for n in names) + ")"
-    send = f"await _slot.transport.call_async(_key, {args})" if is_async else f"_slot.transport.call(_key, {args})"
+    method = "call_async" if is_async else "tell" if oneway else "call"
+    send = f"{'await ' if is_async else ''}_slot.transport.{method}(_key, {args})"
     source = f"{'async ' if is_async else ''}def {key[1]}({signature}):\n    return {send}\n"
     namespace: dict[str, Any] = {"_slot": SLOT, "_key": key, "_defaults": defaults}
     exec(compile(source, f"<host function {key[0]}.{key[1]}>", "exec"), namespace)  # noqa: S102 - our own text
     function = functools.wraps(stub)(namespace[key[1]])
-    DECLARED[key] = Declaration(key, stub, function, is_async)
+    DECLARED[key] = Declaration(key, stub, function, is_async, oneway)
     return function  # type: ignore[return-value]

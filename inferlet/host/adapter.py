@@ -75,7 +75,7 @@ def release(adapter: Adapter) -> None:
     """Drop this handle now (the adapter goes when no handle holds it). Idempotent."""
 
 
-@host
+@host(oneway=True)
 def release_soon(adapter: Adapter) -> None:
     """Release from a finaliser, which may run on any thread (see ``context.release_soon``)."""
 

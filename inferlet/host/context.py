@@ -69,7 +69,7 @@ def release(ctx: Context) -> None:
     """Free the context's pages now. Idempotent."""
 
 
-@host
+@host(oneway=True)
 def release_soon(ctx: Context) -> None:
     """Release from a finaliser, which may run on any thread: at once on the thread that owns
     the context, otherwise handed to its event loop (page state is not thread-safe).

@@ -18,16 +18,16 @@ async def receive_file() -> bytes:
     """Wait for the next file from the client."""
 
 
-@host
+@host(oneway=True)
 def send(text: str) -> None:
     """Emit a Stdout event with ``text``."""
 
 
-@host
+@host(oneway=True)
 def send_file(data: bytes) -> None:
     """Emit a File event carrying ``data``."""
 
 
-@host
+@host(oneway=True)
 def write_stderr(text: str) -> None:
     """Emit a Stderr event."""

@@ -58,6 +58,12 @@ class Transport(Protocol):
         (or raises its error). Cancelling the awaiting task cancels the call in the engine."""
         ...
 
+    def tell(self, key: Key, args: tuple[Any, ...]) -> None:
+        """Send one-way host function ``key`` (declared ``oneway``) with ``args``, without
+        waiting for it if the transport can; the engine logs a failure, nothing is raised here.
+        Calls told stay in order with every other call of the inferlet."""
+        ...
+
 
 class _Missing:
     """The transport until a runner installs one: every call says how to run an inferlet."""
@@ -70,6 +76,9 @@ class _Missing:
 
     def call_async(self, key: Key, args: tuple[Any, ...]) -> Awaitable[Any]:
         return self.call(key, args)
+
+    def tell(self, key: Key, args: tuple[Any, ...]) -> None:
+        self.call(key, args)
 
 
 class _Slot:
@@ -91,10 +100,10 @@ def install(transport: Transport) -> Transport:
         The transport it replaces (to put back when a test is done; None: none was installed).
 
     Raises:
-        TypeError: ``transport`` lacks ``call``, ``call_async`` or ``blocking``.
+        TypeError: ``transport`` lacks ``call``, ``call_async``, ``tell`` or ``blocking``.
     """
     if not isinstance(transport, Transport):
-        raise TypeError(f"a host transport needs call, call_async and blocking; {type(transport).__name__} lacks some")
+        raise TypeError(f"a host transport needs call, call_async, tell and blocking; {type(transport).__name__} lacks some")
     previous, SLOT.transport = installed(), transport
     return previous
 

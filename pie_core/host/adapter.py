@@ -20,7 +20,7 @@ import numpy as np
 from pie_core.adapters import peft
 from pie_core.adapters.store import AdapterRecord
 from pie_core.errors import InvalidInput, PieError
-from pie_core.host.binding import HostInstance, current
+from pie_core.host.binding import HostInstance, any_thread, current
 from pie_core.host.model import resolve
 from pie_core.host.runtime import scratch_path
 from pie_core.backend_kit.lora import check_tensors
@@ -184,6 +184,7 @@ def release(adapter: HostAdapter) -> None:
     adapter.release()
 
 
+@any_thread
 def release_soon(adapter: HostAdapter) -> None:
     """Release from a finaliser, which may run on any thread (see ``context.release_soon``)."""
     if threading.get_ident() == adapter.thread:

@@ -78,6 +78,10 @@ class HostInstance:
     depth: int = 0  # how many runtime.spawn calls deep this instance runs
 
     def __post_init__(self) -> None:
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         deliver = self.emit
 
         def emit(event: Event) -> None:  # what the event's handler prints is the host's, not the inferlet's
@@ -89,11 +93,27 @@ class HostInstance:
 
         self.emit = emit
 
+    def emit_soon(self, event: Event) -> None:
+        """Emit ``event`` from any thread: at once on the instance's event loop, else handed to
+        it (events keep the order in which one thread emitted them)."""
+        loop = self.loop
+        if loop is None or _on_loop(loop):
+            self.emit(event)
+        else:
+            loop.call_soon_threadsafe(self.emit, event)
+
     def release_all(self) -> None:
         """Free every resource the instance still holds (its pages return to the pools)."""
         for res in list(self.resources):
             res.release()
         self.resources.clear()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 _current: contextvars.ContextVar[HostInstance | None] = contextvars.ContextVar("pie_instance", default=None)

@@ -12,7 +12,7 @@ from pie_core.engine.engine import LoadedModel
 from pie_core.errors import InvalidInput, PieError
 from pie_core.hookspec import CopyKind
 from pie_core.host.ahead import Chain
-from pie_core.host.binding import HostInstance, current
+from pie_core.host.binding import HostInstance, any_thread, current
 from pie_core.host.model import resolve
 from pie_core.host.scheduling import wallet
 from pie_core.kv.context import KvContext
@@ -101,6 +101,7 @@ def release(ctx: HostContext) -> None:
     ctx.release()
 
 
+@any_thread
 def release_soon(ctx: HostContext) -> None:
     """Release from a finaliser, which may run on any thread: at once on the thread that owns
     the context, otherwise handed to its event loop (page state is not thread-safe)."""

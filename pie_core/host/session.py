@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 from pie_core.engine.events import Event
-from pie_core.host.binding import current
+from pie_core.host.binding import any_thread, current
 
 __all__ = ["send", "send_file", "receive", "receive_file", "write_stderr"]
 
 
+@any_thread
 def send(text: str) -> None:
     """Emit a Stdout event with ``text``."""
-    current().emit(Event("stdout", text))
+    current().emit_soon(Event("stdout", text))
 
 
+@any_thread
 def send_file(data: bytes) -> None:
     """Emit a File event carrying ``data``."""
-    current().emit(Event("file", bytes(data)))
+    current().emit_soon(Event("file", bytes(data)))
 
 
+@any_thread
 def write_stderr(text: str) -> None:
     """Emit a Stderr event."""
-    current().emit(Event("stderr", text))
+    current().emit_soon(Event("stderr", text))
 
 
 async def receive() -> str:

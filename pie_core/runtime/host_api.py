@@ -11,6 +11,7 @@ in-process (:mod:`pie_core.runtime.inprocess`) directly, the sandboxed runners t
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib
 import inspect
 import typing
@@ -30,8 +31,9 @@ from pie_core.host.grammar import MatcherHandle
 from pie_core.mcp.session import ServerSession
 from pie_core.models.chat_formats.base import ChatBuilder
 
-__all__ = ["HOST_MODULES", "Key", "HandleKind", "HANDLES", "VALUE_TYPES", "host_functions", "host_function", "invoke",
-           "start", "Started", "settle", "Done", "handle_kind", "check_arguments", "parameter_types"]
+__all__ = ["HOST_MODULES", "Key", "HandleKind", "HANDLES", "VALUE_TYPES", "CALLS", "host_functions", "host_function",
+           "invoke",
+           "start", "Started", "settle", "Done", "is_oneway", "handle_kind", "check_arguments", "parameter_types"]
 
 HOST_MODULES = _declared.INTERFACES
 Key = tuple[str, str]
@@ -77,6 +79,10 @@ VALUE_TYPES: tuple[type, ...] = (
 
 _FUNCTIONS: dict[Key, Callable[..., Any]] | None = None
 
+CALLS: collections.Counter[Key] = collections.Counter()
+"""Host calls inferlets made, by ``(interface, name)``, over every runner (``/metrics``
+reports them as ``pie_host_calls_total``; a sandboxed runner's call is one round trip)."""
+
 
 def host_functions() -> dict[Key, Callable[..., Any]]:
     """The engine's implementation of every declared host function, by ``(interface, name)``.
@@ -96,6 +102,12 @@ def host_functions() -> dict[Key, Callable[..., Any]]:
             found[key] = fn
         _FUNCTIONS = found
     return dict(_FUNCTIONS)
+
+
+def is_oneway(module: str, name: str) -> bool:
+    """Whether ``module.name`` is declared one-way (the caller does not wait for it)."""
+    decl = _declared.declarations().get((module, name))
+    return decl is not None and decl.oneway
 
 
 def host_function(module: Any, name: Any) -> Callable[..., Any]:
@@ -155,6 +167,7 @@ def start(module: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...] 
     so, unless it had ended. The caller binds the instance.
     """
     args = tuple(args)
+    CALLS[module, name] += 1
     try:
         check_arguments(fn, f"{module}.{name}", args)
         if is_soon(fn):

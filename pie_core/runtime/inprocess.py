@@ -9,6 +9,7 @@ is the one bound to the calling task (:func:`pie_core.host.binding.current`).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Awaitable, Callable
 
 from inferlet.host import entry
@@ -16,6 +17,9 @@ from inferlet.host import transport as _transport
 from pie_core.runtime import host_api
 
 __all__ = ["InProcessTransport", "install"]
+
+_CALLS = host_api.CALLS
+_log = logging.getLogger(__name__)
 
 
 class InProcessTransport:
@@ -27,10 +31,19 @@ class InProcessTransport:
         self._functions: dict[tuple[str, str], Callable[..., Any]] = host_api.host_functions()
 
     def call(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
+        _CALLS[key] += 1
         return self._functions[key](*args)
 
     def call_async(self, key: tuple[str, str], args: tuple[Any, ...]) -> Awaitable[Any]:
+        _CALLS[key] += 1
         return self._functions[key](*args)
+
+    def tell(self, key: tuple[str, str], args: tuple[Any, ...]) -> None:
+        _CALLS[key] += 1
+        try:
+            self._functions[key](*args)
+        except Exception:  # noqa: BLE001 - a one-way call's failure is the host's to report
+            _log.exception("one-way host call %s.%s failed", *key)
 
 
 def install() -> None:

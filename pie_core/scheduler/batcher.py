@@ -90,7 +90,8 @@ class Batcher:
       most one batch is in flight and batches run in firing order.
     - While batch k (or an operation) runs, requests queued at its launch or arriving meanwhile
       are taken into batch k+1 and assembled, so k+1 fires as soon as k returns if it is ready
-      by the rules above.
+      by the rules above. Requests queued in callbacks of k's results (a decode loop run ahead)
+      make it into k+1: the loop gets one turn between k's return and k+1's firing.
     - Operations enqueued before a batch fires run before it, and so do page copies (they are
       taken when the batch fires, not when it is assembled).
     - A request whose future is cancelled or done before its batch fires is not sent: the batch
@@ -241,6 +242,9 @@ class Batcher:
             self._flush_ops()
             if self._flight is not None and self._flight.future.done():
                 self._land(self._flight)
+                # One turn of the loop first: what the landed passes queue at once (a decode loop
+                # run ahead, pie_core.host.ahead) joins the next batch instead of missing it.
+                await asyncio.sleep(0)
             self._take()
             timeout = None
             busy = self._flight is not None or (self._ops_ran is not None and not self._ops_ran.done())

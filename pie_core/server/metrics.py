@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pie_core.runtime import host_api
+
 if TYPE_CHECKING:
     from pie_core.server.app import PieServer
 
@@ -89,6 +91,8 @@ def prometheus_text(server: PieServer) -> str:
     metric("pie_processes", "gauge", "Inferlet processes by state.",
            [(f'{{state="{s}"}}', float(sum(1 for p in procs if p.state == s))) for s in states])
     metric("pie_connections", "gauge", "Open WebSocket connections.", [("", float(server.connection_count))])
+    metric("pie_host_calls_total", "counter", "Host calls inferlets made (in a sandbox each is a round trip).",
+           [(f'{{call="{module}.{name}"}}', float(n)) for (module, name), n in sorted(host_api.CALLS.items())])
     _per_user(server, metric, models)
     lines.extend(server.request_metrics.lines())
     return "\n".join(lines) + "\n"

@@ -105,6 +105,9 @@ def test_every_declaration_is_documented_and_forwards_its_arguments_in_order() -
         async def call_async(self, key, args):
             calls.append((key, args))
 
+        def tell(self, key, args):
+            calls.append((key, args))
+
     from inferlet.host import transport
 
     previous = transport.install(Recording())

@@ -85,6 +85,11 @@ class Observed:
         fn = self._overrides.get(key)
         return fn(*args) if fn is not None else self.base.call_async(key, args)
 
+    def tell(self, key: tuple[str, str], args: tuple[Any, ...]) -> None:
+        self.calls.append(key)
+        fn = self._overrides.get(key)
+        fn(*args) if fn is not None else self.base.tell(key, args)
+
 
 @pytest.fixture
 def observed() -> Iterator[Observed]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import signal
 from typing import Any, Awaitable, Callable
 
@@ -35,6 +36,8 @@ from pie_core.runtime.process.spawner import Spawner, WorkerProcess
 from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_frame_size
 
 __all__ = ["ProcessLauncher", "MAX_CALLS", "MAX_HANDLES", "MAX_UNREAD"]
+
+_log = logging.getLogger(__name__)
 
 MAX_CALLS = 128  # host calls one worker may have in flight; past it the engine stops reading its pipe
 MAX_UNREAD = 16 * 2**20  # bytes of replies a worker may leave unread before the engine stops reading its calls
@@ -202,7 +205,8 @@ class _Session:
                 await asyncio.wait(tasks)
 
     def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
-        """Check one message and act on it: ``["call", id, module, name, args]``,
+        """Check one message and act on it: ``["call", id, module, name, args]``, ``["tell",
+        module, name, args]`` (a one-way call: no reply),
         ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
         "return"|"error", value]``, which ends the session with that event. Handles are opaque:
         a worker reaches an engine object only by passing it to a host function.
@@ -211,10 +215,13 @@ class _Session:
             ProtocolError: Anything else, or an undeclared call.
         """
         op = msg[0] if isinstance(msg, list) and msg else None
-        fields = {"call": 5, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
+        fields = {"call": 5, "tell": 4, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
         if fields is None or len(msg) != fields:
-            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, print, started or done, "
-                                "each with its fields")
+            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, tell, print, started or "
+                                "done, each with its fields")
+        if op == "tell":
+            self._tell(*msg[1:])
+            return None
         if op == "print":
             if msg[1] not in ("stdout", "stderr") or not isinstance(msg[2], str):
                 raise ProtocolError("print takes 'stdout' or 'stderr' and a str")
@@ -260,6 +267,20 @@ class _Session:
         started = host_api.start(module, name, fn, args, runner=self.runner, done=done)
         if not ended:
             self.calls[rid] = started
+
+    def _tell(self, module: Any, name: Any, args: Any) -> None:
+        """Run one-way call ``module.name`` (declared ``oneway``); no reply, a failure is logged."""
+        fn = _declared(lambda: host_api.host_function(module, name))
+        if not host_api.is_oneway(module, name):
+            raise ProtocolError(f"{module}.{name} is not a one-way host call: call it")
+        if not isinstance(args, (list, tuple)):
+            raise ProtocolError("a call's arguments are a list")
+
+        def done(ok: bool, value: Any) -> None:
+            if not ok:
+                _log.warning("one-way host call %s.%s of a worker failed: %s", module, name, value)
+
+        host_api.start(module, name, fn, args, runner=self.runner, done=done)
 
     def _reply(self, rid: int, ok: bool, value: Any) -> None:
         """Write the reply to call ``rid`` (an error that cannot cross crosses as its name)."""

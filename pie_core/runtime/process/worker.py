@@ -204,6 +204,9 @@ class WireTransport:
     def call_async(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
         return self._link.acall("call", key[0], key[1], args)
 
+    def tell(self, key: tuple[str, str], args: tuple[Any, ...]) -> None:
+        self._link.send(["tell", key[0], key[1], args])  # one-way: no reply to wait for
+
 
 class _ToClient(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` of a worker: text goes to the client as events.

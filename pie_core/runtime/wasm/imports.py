@@ -85,6 +85,7 @@ class Guest:
         try:
             self.check_running()
             if is_any_thread(fn):
+                host_api.CALLS[module, name] += 1
                 host_api.check_arguments(fn, f"{module}.{name}", tuple(args))
                 return True, fn(*args)
             return True, asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop).result()

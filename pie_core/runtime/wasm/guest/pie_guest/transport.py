@@ -71,6 +71,12 @@ class WitTransport:
             return SCRATCH + "/" + args[0].strip("/")
         return from_wit(raw, result)
 
+    def tell(self, key, args):
+        try:
+            self.call(key, args)
+        except Exception:  # noqa: BLE001 - a one-way call's failure is the host's to report
+            pass
+
     async def call_async(self, key, args):
         fn, finish, specs, result = self._table[key]
         try:
