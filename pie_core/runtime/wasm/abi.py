@@ -26,7 +26,7 @@ from wasmtime.component import _types as wt
 from inferlet.host import types as _types
 from inferlet.host.wit import Spec, kebab
 
-__all__ = ["Lift", "Lower", "Call", "lift", "lower", "MAX_JSON"]
+__all__ = ["Lift", "Lower", "Call", "lift", "lower", "text", "C", "MAX_JSON"]
 
 MAX_JSON = 16 * 2**20
 """Bytes of one JSON value from the guest."""
@@ -37,6 +37,33 @@ Lift = Callable[[Any, Any], Any]
 Lower = Callable[[Any, Any, Any], None]
 """``lower(call, value, dst)``: write the engine's ``value`` into C value ``dst`` (a
 ``wasmtime_component_val_t``)."""
+
+class _Held:
+    """The C functions the converters call, in forms that keep the GIL: each is a malloc or a
+    free, far shorter than the hand-off of the GIL that a plain ctypes call makes around it, and
+    with one guest thread per inferlet every such hand-off waits in line behind the others."""
+
+    _NAMES = ("wasmtime_component_vallist_new_uninit", "wasmtime_component_vallist_delete",
+              "wasmtime_component_valrecord_new_uninit", "wasmtime_component_valrecord_delete",
+              "wasmtime_component_valtuple_new_uninit", "wasmtime_component_valtuple_delete",
+              "wasmtime_component_val_new", "wasmtime_component_val_delete", "wasm_byte_vec_new",
+              "wasm_byte_vec_new_uninitialized", "wasm_byte_vec_delete", "wasmtime_component_resource_any_to_host",
+              "wasmtime_component_resource_any_delete", "wasmtime_component_resource_host_new",
+              "wasmtime_component_resource_host_to_any", "wasmtime_component_resource_host_rep",
+              "wasmtime_component_resource_host_type", "wasmtime_component_resource_host_delete")
+
+    def __init__(self) -> None:
+        from wasmtime import _bindings
+
+        lib = ctypes.PyDLL(_bindings.dll._name)
+        for name in self._NAMES:
+            plain = getattr(_bindings, "_" + name)
+            held = getattr(lib, name)
+            held.argtypes, held.restype = plain.argtypes, plain.restype
+            setattr(self, name.removeprefix("wasmtime_component_"), held)
+
+
+C = _Held()
 
 _VAL = ffi.wasmtime_component_val_t
 _SMALL = 32  # lists of scalars up to this long are moved element by element, longer ones with numpy
@@ -113,14 +140,14 @@ def lift(ty: wt.ValType, spec: Spec) -> Lift:
 
 def _lift_str(call: Call, c: Any) -> str:
     text = ffi.to_str(c.of.string)
-    ffi.wasm_byte_vec_delete(byref(c.of.string))
+    C.wasm_byte_vec_delete(byref(c.of.string))
     return text
 
 
 def _lift_json(call: Call, c: Any) -> Any:
     size = c.of.string.size
     if size > MAX_JSON:
-        ffi.wasm_byte_vec_delete(byref(c.of.string))
+        C.wasm_byte_vec_delete(byref(c.of.string))
         raise ValueError(f"a JSON value from the inferlet is limited to {MAX_JSON} bytes")
     return json.loads(_lift_str(call, c))
 
@@ -138,11 +165,11 @@ def _lift_list(element: wt.ValType, spec: Spec) -> Lift:
             if n <= _SMALL:  # numpy's set-up costs more than a few steps of ctypes
                 data = c.of.list.data
                 values = [getattr(data[i].of, field) for i in range(n)]
-                ffi.wasmtime_component_vallist_delete(byref(c.of.list))
+                C.vallist_delete(byref(c.of.list))
                 return bytes(values) if as_bytes else values
             address = ctypes.cast(c.of.list.data, ctypes.c_void_p).value or 0
             array = _view(address, n, dtype)["v"].copy()
-            ffi.wasmtime_component_vallist_delete(byref(c.of.list))
+            C.vallist_delete(byref(c.of.list))
             return array.tobytes() if as_bytes else array.tolist()
 
         return scalars
@@ -157,7 +184,7 @@ def _lift_list(element: wt.ValType, spec: Spec) -> Lift:
                 out.append(each(call, raw))
                 raw.kind = ffi.WASMTIME_COMPONENT_BOOL
         finally:
-            ffi.wasmtime_component_vallist_delete(byref(c.of.list))
+            C.vallist_delete(byref(c.of.list))
         return out
 
     return items
@@ -171,7 +198,7 @@ def _lift_option(inner: Lift) -> Lift:
         inner_c = ptr.contents
         value = inner(call, inner_c)
         inner_c.kind = ffi.WASMTIME_COMPONENT_BOOL
-        ffi.wasmtime_component_val_delete(ptr)
+        C.val_delete(ptr)
         return value
 
     return option
@@ -187,7 +214,7 @@ def _lift_tuple(items: list[Lift]) -> Lift:
                 out.append(each(call, raw))
                 raw.kind = ffi.WASMTIME_COMPONENT_BOOL
         finally:
-            ffi.wasmtime_component_valtuple_delete(byref(c.of.tuple))
+            C.valtuple_delete(byref(c.of.tuple))
         return tuple(out)
 
     return tuple_
@@ -203,7 +230,7 @@ def _lift_record(cls: type, fields: list[Lift]) -> Lift:
                 values.append(each(call, raw))
                 raw.kind = ffi.WASMTIME_COMPONENT_BOOL
         finally:
-            ffi.wasmtime_component_valrecord_delete(c.of.record)
+            C.valrecord_delete(c.of.record)
         return cls(*values)
 
     return record
@@ -214,7 +241,7 @@ def _lift_enum(cls: Any) -> Lift:
 
     def enum(call: Call, c: Any) -> Any:
         name = ffi.to_str(c.of.enumeration)
-        ffi.wasm_byte_vec_delete(byref(c.of.enumeration))
+        C.wasm_byte_vec_delete(byref(c.of.enumeration))
         return by_name[name]
 
     return enum
@@ -225,16 +252,16 @@ def _lift_handle(resource: str) -> Lift:
         any_ = ffi.take_pointer(c.of, "resource")  # a copy of the pointer, the field cleared
         host = ctypes.POINTER(ffi.wasmtime_component_resource_host_t)()
         try:
-            error = ffi.wasmtime_component_resource_any_to_host(call.store._context(), any_, byref(host))
+            error = C.resource_any_to_host(call.store._context(), any_, byref(host))
             if error:
                 raise wasmtime.WasmtimeError._from_ptr(error)
             try:
-                type_id = ffi.wasmtime_component_resource_host_type(host)
-                rep = ffi.wasmtime_component_resource_host_rep(host)
+                type_id = C.resource_host_type(host)
+                rep = C.resource_host_rep(host)
             finally:
-                ffi.wasmtime_component_resource_host_delete(host)
+                C.resource_host_delete(host)
         finally:
-            ffi.wasmtime_component_resource_any_delete(any_)
+            C.resource_any_delete(any_)
         return call.guest.handle(resource, type_id, rep)
 
     return handle
@@ -278,9 +305,17 @@ def lower(ty: wt.ValType, spec: Spec) -> Lower:
     raise TypeError(f"no lowering of {ty!r} as {spec!r}")
 
 
+def text(value: str) -> Any:
+    """``value`` as a ``wasm_name_t`` (UTF-8) the C side will free."""
+    raw = value.encode("utf-8")
+    vec = ffi.wasm_byte_vec_t()
+    C.wasm_byte_vec_new(byref(vec), len(raw), ctypes.cast(ctypes.c_char_p(raw), ctypes.POINTER(ctypes.c_ubyte)))
+    return vec
+
+
 def _lower_str(call: Call, value: Any, dst: Any) -> None:
     dst.kind = ffi.WASMTIME_COMPONENT_STRING
-    dst.of.string = ffi.str_to_capi(value)
+    dst.of.string = text(value)
 
 
 def _lower_json(call: Call, value: Any, dst: Any) -> None:
@@ -298,7 +333,7 @@ def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
         def scalars(call: Call, value: Any, dst: Any) -> None:
             n = len(value)
             raw = ffi.wasmtime_component_vallist_t()
-            ffi.wasmtime_component_vallist_new_uninit(raw, n)
+            C.vallist_new_uninit(raw, n)
             if n <= _SMALL:  # numpy's set-up costs more than a few steps of ctypes
                 data = raw.data
                 for i, v in enumerate(value):
@@ -319,7 +354,7 @@ def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
 
     def items(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_vallist_t()
-        ffi.wasmtime_component_vallist_new_uninit(raw, len(value))
+        C.vallist_new_uninit(raw, len(value))
         done = 0
         try:
             for i, v in enumerate(value):
@@ -327,7 +362,7 @@ def _lower_list(element: wt.ValType, spec: Spec) -> Lower:
                 done += 1
         except BaseException:
             _fill_bools(raw.data, done, len(value))
-            ffi.wasmtime_component_vallist_delete(byref(raw))
+            C.vallist_delete(byref(raw))
             raise
         dst.kind = ffi.WASMTIME_COMPONENT_LIST
         dst.of.list = raw
@@ -351,7 +386,7 @@ def _lower_option(inner: Lower) -> Lower:
             return
         raw = _VAL()
         inner(call, value, raw)
-        dst.of.option = ffi.wasmtime_component_val_new(byref(raw))
+        dst.of.option = C.val_new(byref(raw))
 
     return option
 
@@ -359,7 +394,7 @@ def _lower_option(inner: Lower) -> Lower:
 def _lower_tuple(items: list[Lower]) -> Lower:
     def tuple_(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_valtuple_t()
-        ffi.wasmtime_component_valtuple_new_uninit(raw, len(items))
+        C.valtuple_new_uninit(raw, len(items))
         done = 0
         try:
             for i, (each, v) in enumerate(zip(items, value)):
@@ -367,7 +402,7 @@ def _lower_tuple(items: list[Lower]) -> Lower:
                 done += 1
         except BaseException:
             _fill_bools(raw.data, done, len(items))
-            ffi.wasmtime_component_valtuple_delete(byref(raw))
+            C.valtuple_delete(byref(raw))
             raise
         dst.kind = ffi.WASMTIME_COMPONENT_TUPLE
         dst.of.tuple = raw
@@ -382,7 +417,7 @@ def _name(text: str) -> Callable[[], Any]:
 
     def make() -> Any:
         vec = ffi.wasm_byte_vec_t()
-        ffi.wasm_byte_vec_new(byref(vec), len(raw), buf)
+        C.wasm_byte_vec_new(byref(vec), len(raw), buf)
         return vec
 
     return make
@@ -393,7 +428,7 @@ def _lower_record(fields: list[tuple[str, Lower]], attrs: list[str]) -> Lower:
 
     def record(call: Call, value: Any, dst: Any) -> None:
         raw = ffi.wasmtime_component_valrecord_t()
-        ffi.wasmtime_component_valrecord_new_uninit(raw, len(fields))
+        C.valrecord_new_uninit(raw, len(fields))
         done = 0
         try:
             for i, ((_, each), attr, name) in enumerate(zip(fields, attrs, names)):
@@ -405,7 +440,7 @@ def _lower_record(fields: list[tuple[str, Lower]], attrs: list[str]) -> Lower:
             for j in range(done, len(fields)):
                 raw.data[j].val.kind = ffi.WASMTIME_COMPONENT_BOOL
                 raw.data[j].val.of.boolean = False
-            ffi.wasmtime_component_valrecord_delete(byref(raw))
+            C.valrecord_delete(byref(raw))
             raise
         dst.kind = ffi.WASMTIME_COMPONENT_RECORD
         dst.of.record = raw
@@ -415,7 +450,7 @@ def _lower_record(fields: list[tuple[str, Lower]], attrs: list[str]) -> Lower:
 
 def _lower_enum(call: Call, value: Any, dst: Any) -> None:
     dst.kind = ffi.WASMTIME_COMPONENT_ENUM
-    dst.of.enumeration = ffi.str_to_capi(kebab(value.name))
+    dst.of.enumeration = text(kebab(value.name))
 
 
 def _lower_probe(cases: dict[str, Lower]) -> Lower:
@@ -425,8 +460,8 @@ def _lower_probe(cases: dict[str, Lower]) -> Lower:
         raw = _VAL()
         cases[case](call, payload, raw)
         dst.kind = ffi.WASMTIME_COMPONENT_VARIANT
-        dst.of.variant.discriminant = ffi.str_to_capi(case)
-        dst.of.variant.val = ffi.wasmtime_component_val_new(byref(raw))
+        dst.of.variant.discriminant = text(case)
+        dst.of.variant.val = C.val_new(byref(raw))
 
     return probe
 
@@ -445,8 +480,15 @@ def _probe_case(value: Any, kind: Any) -> tuple[str, Any]:
 def _lower_handle(resource: str) -> Lower:
     def handle(call: Call, value: Any, dst: Any) -> None:
         type_id, rep = call.guest.resource(resource, value)
-        host = wt.ResourceHost.own(rep, type_id)
+        host = C.resource_host_new(True, rep, type_id)
+        any_ = ctypes.POINTER(ffi.wasmtime_component_resource_any_t)()
+        try:
+            error = C.resource_host_to_any(call.store._context(), host, byref(any_))
+        finally:
+            C.resource_host_delete(host)
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(error)
         dst.kind = ffi.WASMTIME_COMPONENT_RESOURCE
-        dst.of.resource = host.to_any(call.store)._consume()
+        dst.of.resource = any_
 
     return handle

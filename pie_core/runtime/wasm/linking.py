@@ -180,12 +180,12 @@ def _result(ftype: wc.FuncType, spec: Any) -> Callable[[abi.Call, Any, Any], Non
         if good:
             if ok is not None:
                 ok(call, value, raw)
-                payload = ffi.wasmtime_component_val_new(ctypes.byref(raw))
+                payload = abi.C.val_new(ctypes.byref(raw))
             else:
                 payload = None
         else:
             _lower_error(value, raw)
-            payload = ffi.wasmtime_component_val_new(ctypes.byref(raw))
+            payload = abi.C.val_new(ctypes.byref(raw))
         dst.kind = ffi.WASMTIME_COMPONENT_RESULT
         dst.of.result.is_ok = good
         dst.of.result.val = payload
@@ -198,13 +198,13 @@ def _lower_error(exc: BaseException, dst: Any) -> None:
     cls = next((c for c in type(exc).__mro__ if c in _ERRORS), Exception)
     kind = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", cls.__name__).lower()
     raw = ffi.wasmtime_component_valrecord_t()
-    ffi.wasmtime_component_valrecord_new_uninit(raw, 2)
+    abi.C.valrecord_new_uninit(raw, 2)
     kind_entry, message_entry = raw.data[0], raw.data[1]
-    kind_entry.name = ffi.str_to_capi("kind")
+    kind_entry.name = abi.text("kind")
     kind_entry.val.kind = ffi.WASMTIME_COMPONENT_ENUM
-    kind_entry.val.of.enumeration = ffi.str_to_capi(kind)
-    message_entry.name = ffi.str_to_capi("message")
+    kind_entry.val.of.enumeration = abi.text(kind)
+    message_entry.name = abi.text("message")
     message_entry.val.kind = ffi.WASMTIME_COMPONENT_STRING
-    message_entry.val.of.string = ffi.str_to_capi(str(exc)[:64 * 1024])
+    message_entry.val.of.string = abi.text(str(exc)[:64 * 1024])
     dst.kind = ffi.WASMTIME_COMPONENT_RECORD
     dst.of.record = raw
