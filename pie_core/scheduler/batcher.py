@@ -239,12 +239,13 @@ class Batcher:
     async def _run(self) -> None:
         opened: float | None = None  # when the next batch began gathering
         while True:
-            self._flush_ops()
             if self._flight is not None and self._flight.future.done():
                 self._land(self._flight)
                 # One turn of the loop first: what the landed passes queue at once (a decode loop
                 # run ahead, pie_core.host.ahead) joins the next batch instead of missing it.
                 await asyncio.sleep(0)
+            # After that turn: an operation enqueued during it set a wakeup the clear below drops.
+            self._flush_ops()
             self._take()
             timeout = None
             busy = self._flight is not None or (self._ops_ran is not None and not self._ops_ran.done())

@@ -402,3 +402,21 @@ def test_requests_arriving_within_the_last_batch_time_fire_together():
 
     assert [first_token(o) for o in run(main)] == list(range(8))
     assert backend.batches == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_an_op_enqueued_as_a_pass_lands_runs_without_another_wakeup():
+    # The batcher gives the loop one turn after landing a batch; an op enqueued in that turn
+    # (an adapter initialised right after a generation) must still run, with nothing else queued.
+    backend = FakeBackend()
+    batcher = make(backend)
+
+    async def main():
+        ran: list[asyncio.Future[Any]] = []
+        landed = batcher.enqueue(request(1))
+        landed.add_done_callback(lambda _: ran.append(batcher.enqueue_op(lambda: "ran")))
+        await landed
+        await asyncio.sleep(0)
+        assert await asyncio.wait_for(ran[0], 2) == "ran"
+        await batcher.close()
+
+    run(main)
