@@ -8,8 +8,9 @@ spells the same functions in WIT for the wasm sandbox. Tests check all three aga
 :func:`declarations`.
 
 Values crossing by value are in :mod:`~inferlet.host.types`, the errors in
-:mod:`~inferlet.host.errors`; what every runner does with an inferlet's ``main`` is
-:mod:`~inferlet.host.entry`.
+:mod:`~inferlet.host.errors`; what each parameter admits (checked by the declared function before
+the call crosses, the same in every runner) in :mod:`~inferlet.host.arguments`; what every
+runner does with an inferlet's ``main`` is :mod:`~inferlet.host.entry`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """``@host``: turn a typed stub into the host function the SDK calls.
 
 A declaration is a function with a signature, type hints and a docstring and no body. The
-decorator records it and returns a function with the same signature that sends ``(interface,
-name)`` and every argument, in declared order, through the installed transport
-(:mod:`inferlet.host.transport`). The forwarding function is compiled from the signature, so a
-call costs one tuple and one method call, and ``help()`` shows the declaration.
+decorator records it and returns a function with the same signature that checks its arguments
+against the hints (:mod:`inferlet.host.arguments`: what the wire can carry, the same in every
+runner) and sends ``(interface, name)`` and every argument, in declared order, through the
+installed transport (:mod:`inferlet.host.transport`). The forwarding function is compiled from
+the signature and the hints, so a call whose values are fine costs one expression per checked
+parameter, one tuple and one method call, and ``help()`` shows the declaration.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from inferlet.host.arguments import plan
 from inferlet.host.transport import SLOT, Key
 
 __all__ = ["host", "Declaration", "DECLARED"]
@@ -55,12 +58,17 @@ def host(stub: F | None = None, *, oneway: bool = False) -> Any:
     Args:
         oneway: The call returns None and the caller need not wait for it: a transport may send
             it without waiting (``Transport.tell``), and a failure is the host's to log, never
-            the caller's to catch. For emitting events and releasing from finalisers.
+            the caller's to catch (an argument the declaration does not admit is still refused
+            at once, before anything is sent). For emitting events and releasing from finalisers.
+
+    The declared function raises InvalidInput, before anything crosses, for an argument its
+    hint does not admit (:mod:`inferlet.host.arguments`), and passes values a rule converts (an
+    int for a float) converted.
 
     Raises:
         TypeError: A parameter is not positional-or-keyword (every transport passes the
-            arguments in declared order), the name is declared twice, or a one-way call is a
-            coroutine.
+            arguments in declared order), the name is declared twice, a one-way call is a
+            coroutine, or a hint has no WIT mapping.
     """
     if stub is None:
         return lambda fn: _declare(fn, oneway)
@@ -84,8 +92,12 @@ def _declare(stub: F, oneway: bool) -> F:
     args = "(" + "".join(f"{n}, " for n in names) + ")"
     method = "call_async" if is_async else "tell" if oneway else "call"
     send = f"{'await ' if is_async else ''}_slot.transport.{method}(_key, {args})"
-    source = f"{'async ' if is_async else ''}def {key[1]}({signature}):\n    return {send}\n"
-    namespace: dict[str, Any] = {"_slot": SLOT, "_key": key, "_defaults": defaults}
+    checks = plan(key, stub)
+    tests = " and ".join(f"({t})" for t in checks.tests if t)
+    check = f"    if not ({tests}):\n        {args[1:-1]} = _convert({args})\n" if tests else ""
+    source = f"{'async ' if is_async else ''}def {key[1]}({signature}):\n{check}    return {send}\n"
+    namespace: dict[str, Any] = {**checks.namespace, "_slot": SLOT, "_key": key, "_defaults": defaults,
+                                 "_convert": checks.convert}
     exec(compile(source, f"<host function {key[0]}.{key[1]}>", "exec"), namespace)  # noqa: S102 - our own text
     function = functools.wraps(stub)(namespace[key[1]])
     DECLARED[key] = Declaration(key, stub, function, is_async, oneway)

@@ -11,11 +11,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 __all__ = ["Handle", "Context", "Matcher", "ChatBuilder", "Subscription", "McpSession", "Adapter", "Model",
-           "HANDLES", "SamplerKind", "ProbeKind", "SampleSpec", "ProbeSpec", "RequestOutput", "GrammarKind",
-           "GrammarSource", "ToolCallSyntax", "RECORDS"]
+           "HANDLES", "IntRange", "U32", "S32", "U64", "S64", "SamplerKind", "ProbeKind", "SampleSpec", "ProbeSpec",
+           "RequestOutput", "GrammarKind", "GrammarSource", "ToolCallSyntax", "RECORDS"]
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """The integers a declared ``int`` may be: its WIT type and ``low <= value < high``.
+
+    A plain ``int`` in a declaration is a :data:`U32`; the few others say which they are
+    (``zo_seed: S64``), so the SDK can refuse a value the wire cannot carry before it crosses
+    (:mod:`inferlet.host.arguments`) and ``wit/`` is held to the same widths.
+    """
+
+    wit: str
+    low: int
+    high: int
+
+
+U32 = Annotated[int, IntRange("u32", 0, 2**32)]
+"""What a plain ``int`` in a declaration is (a count, an index, a token id, a position)."""
+
+S32 = Annotated[int, IntRange("s32", -2**31, 2**31)]
+"""A declared ``int`` that may be negative (``-1`` meaning "none")."""
+
+U64 = Annotated[int, IntRange("u64", 0, 2**64)]
+"""A declared ``int`` wider than a ``u32`` (a seed)."""
+
+S64 = Annotated[int, IntRange("s64", -2**63, 2**63)]
+"""A declared ``int`` wider than a ``u32`` that may be negative (a signed seed)."""
 
 
 class Handle:
@@ -115,7 +142,7 @@ class SampleSpec:
     top_p: float = 1.0
     min_p: float = 0.0
     draws: int = 1
-    seed: int = 0
+    seed: U64 = 0
     logit_mask: Any = None
 
 
@@ -132,7 +159,7 @@ class ProbeSpec:
     temperature: float = 1.0
     k: int = 0
     token_ids: tuple[int, ...] = ()
-    masked_by: int = -1
+    masked_by: S32 = -1
 
 
 @dataclass(frozen=True, slots=True)

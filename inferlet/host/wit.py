@@ -6,7 +6,9 @@ between the SDK's values and componentize-py's bindings, the engine's wasm host
 (``pie_core.runtime.wasm``) between wasmtime's values and the engine's. A spec is a plain tuple:
 
 =========================  ==========================================================
-``("v",)``                 str, int, float, bool, a ``Literal`` of str: as is
+``("v",)``                 str, int, float, bool, a ``Literal`` of str: as is (an ``int``'s
+                           width, ``u32`` unless ``S32``/``U64``/``S64`` says otherwise, is
+                           what :mod:`inferlet.host.arguments` checks before a call crosses)
 ``("b",)``                 bytes (``list<u8>``)
 ``("j",)``                 a JSON-shaped value (``Any``, ``Mapping``, ``dict``): JSON text
 ``("l", s)``               a list of ``s`` (``list``, ``Sequence``, ``Iterable``, ``tuple[X, ...]``)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from inferlet.host._declare import host
-from inferlet.host.types import Adapter
+from inferlet.host.types import S64, Adapter
 
 __all__ = ["initialize", "update"]
 
@@ -31,7 +31,7 @@ def initialize(
 
 
 @host
-def update(adapter: Adapter, scores: list[float], seeds: list[int], max_sigma: float) -> None:
+def update(adapter: Adapter, scores: list[float], seeds: list[S64], max_sigma: float) -> None:
     """Move the adapter's mean toward the better-scored candidates and adapt sigma (the rule is
     in :mod:`pie_core.adapters.es`); ``scores[i]`` is the score (higher is better) of the
     candidate that ran with ``zo_seed=seeds[i]``.

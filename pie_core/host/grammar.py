@@ -166,7 +166,13 @@ class MatcherHandle:
             self._m.reset()
 
     def rollback(self, n: int) -> None:
-        """Undo the last ``n`` accepted tokens."""
+        """Undo the last ``n`` accepted tokens.
+
+        Raises:
+            InvalidInput: ``n`` is negative.
+        """
+        if n < 0:
+            raise InvalidInput(f"a matcher rolls back a count of tokens >= 0, got {n}")
         self.matcher.rollback(n)
 
     def fork(self) -> MatcherHandle:
@@ -243,7 +249,7 @@ def matcher_reset(m: MatcherHandle) -> None:
 @any_thread
 @ready_first
 def matcher_rollback(m: MatcherHandle, n: int) -> None:
-    """Undo the last ``n`` tokens ``m`` accepted."""
+    """Undo the last ``n`` tokens ``m`` accepted (InvalidInput if ``n`` is negative)."""
     m.rollback(n)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from inferlet import host as _declared
+from inferlet.host import arguments as _arguments
 from inferlet.host import types as _types
 from pie_core.engine.broker import Subscription
 from pie_core.engine.engine import LoadedModel
@@ -132,8 +133,7 @@ async def invoke(module: str, name: str, fn: Callable[..., Any], args: tuple[Any
     functions (grammar parsing) in a thread; a matcher a :func:`~pie_core.host.binding.ready_first`
     function needs is awaited first; a coroutine's value is awaited. The caller binds the instance.
     """
-    args = tuple(args)
-    check_arguments(fn, f"{module}.{name}", args)
+    args = check_arguments(fn, f"{module}.{name}", tuple(args))
     if (module, name) == ("runtime", "spawn"):
         return await host_runtime.spawn_child(*args, runner=runner)
     if is_off_loop(fn):
@@ -169,7 +169,7 @@ def start(module: str, name: str, fn: Callable[..., Any], args: tuple[Any, ...] 
     args = tuple(args)
     CALLS[module, name] += 1
     try:
-        check_arguments(fn, f"{module}.{name}", args)
+        args = check_arguments(fn, f"{module}.{name}", args)
         if is_soon(fn):
             cancel = soon_of(fn)(*args, done=done)
             if cancel is not None:
@@ -213,16 +213,55 @@ def handle_kind(obj: Any = None, *, name: str | None = None) -> HandleKind | Non
     return None
 
 
-def check_arguments(fn: Callable[..., Any], what: str, args: tuple[Any, ...]) -> None:
-    """Raise TypeError, as a direct call would, when ``args`` do not fit ``fn``, and when a
-    handle is passed for a parameter whose annotation does not admit its class (a worker
-    holding a context cannot pass it to ``model.chat_copy``)."""
-    params = _parameters(fn)
-    if len(args) > len(params) or len(args) < sum(1 for p in params if p.default is inspect.Parameter.empty):
+def check_arguments(fn: Callable[..., Any], what: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` of declared host function ``fn`` as they cross, checked as the SDK checks them
+    before they leave an inferlet (:func:`inferlet.host.arguments.check`: what the wire can
+    carry, with the same messages in every runner), and each handle by its engine class (a
+    worker holding a context cannot pass it to ``model.chat_copy``). Missing trailing arguments
+    take their defaults.
+
+    Returns:
+        ``args``, or a copy with the values the SDK's rules convert (an int for a float).
+
+    Raises:
+        TypeError: ``args`` do not fit ``fn`` (as a direct call would say), or a handle is not
+            of the class the declaration names.
+        InvalidInput: A value outside what the declaration admits; the message names it.
+    """
+    checks = _CHECKS.get(fn)
+    if checks is None:
+        checks = _CHECKS[fn] = (len(_parameters(fn)), _plan_of(fn))
+    count, plan = checks
+    if len(args) != count:
         try:
-            _signature(fn).bind(*args)
+            bound = _signature(fn).bind(*args)
         except TypeError as exc:
             raise TypeError(f"{what}(): {exc}") from None
+        bound.apply_defaults()
+        args = tuple(bound.arguments.values())
+    if plan is None:  # not a declared function: only its handles, by its annotations
+        _check_handle_hints(fn, what, _parameters(fn), args)
+        return args
+    if plan.handles:
+        _arguments.check_handles(plan, args, _ENGINE_CLASSES)
+    if plan.fast is None or plan.fast(*args):
+        return args
+    return _arguments.check(plan, args, _ENGINE_CLASSES)  # converts, or says what is wrong
+
+
+_ENGINE_CLASSES: dict[type, type] = {kind.declared: kind.cls for kind in HANDLES}
+_CHECKS: dict[Any, tuple[int, _arguments.Plan | None]] = {}
+
+
+def _plan_of(fn: Callable[..., Any]) -> _arguments.Plan | None:
+    """The argument checks of the declaration ``fn`` implements, or None."""
+    functions = _FUNCTIONS if _FUNCTIONS is not None else host_functions()
+    return next((_arguments.plan(key, decl.stub) for key, decl in _declared.declarations().items()
+                 if functions[key] is fn), None)
+
+
+def _check_handle_hints(fn: Callable[..., Any], what: str, params: list[inspect.Parameter],
+                        args: tuple[Any, ...]) -> None:
     hints = None
     for param, value in zip(params, args):
         if type(value) in _PLAIN:

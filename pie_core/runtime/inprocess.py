@@ -2,9 +2,11 @@
 
 ``pie run`` (and every in-process inferlet of ``pie serve --isolation inprocess``) runs inferlets
 as tasks on the engine's event loop, so a call is a direct call of
-``pie_core.host.<interface>.<name>`` with nothing converted or checked beyond what the function
-checks itself (the caller is trusted code in the engine's process). The instance a call serves
-is the one bound to the calling task (:func:`pie_core.host.binding.current`).
+``pie_core.host.<interface>.<name>``. The declared function checked the arguments against the
+declaration before the call got here, as in every runner (:mod:`inferlet.host.arguments`);
+nothing is converted or checked again (the caller is trusted code in the engine's process, and
+handle kinds are left to the functions). The instance a call serves is the one bound to the
+calling task (:func:`pie_core.host.binding.current`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import inferlet
 import pie_core
 from inferlet import host as declared
+from inferlet.host.arguments import Kind, plan
 from pie_core.runtime import host_api
 
 SDK = Path(inferlet.__file__).resolve().parent
@@ -93,6 +94,25 @@ def test_the_engine_imports_no_private_module_of_the_sdk() -> None:
     assert not bad, "the engine uses the SDK's public seam (inferlet.host...):\n" + "\n".join(bad)
 
 
+def _admitted(kind: Kind, i: int) -> Any:
+    """A value of ``kind`` that its check lets through as it is (told apart by ``i``)."""
+    tag = kind[0]
+    if tag == "int":
+        return kind[1].low + i + 1
+    samples = {"float": i + 0.5, "str": f"arg{i}", "bool": True, "bytes": bytes([i])}
+    if tag in samples:
+        return samples[tag]
+    if tag in ("list", "opt"):
+        return [_admitted(kind[1], i)] if tag == "list" else _admitted(kind[1], i)
+    if tag == "tuple":
+        return tuple(_admitted(k, i) for k in kind[1])
+    if tag == "enum":
+        return next(iter(kind[1]))
+    if tag == "record":
+        return kind[1](**{field: _admitted(k, i) for field, k in kind[2]})
+    return object()  # a handle (checked by the transport) or a JSON-shaped value
+
+
 def test_every_declaration_is_documented_and_forwards_its_arguments_in_order() -> None:
     calls: list[tuple[tuple[str, str], tuple[Any, ...]]] = []
 
@@ -115,7 +135,8 @@ def test_every_declaration_is_documented_and_forwards_its_arguments_in_order() -
         for key, decl in declared.declarations().items():
             assert (decl.stub.__doc__ or "").strip(), f"inferlet.host.{key[0]}.{key[1]} needs a docstring"
             params = decl.parameters
-            args = tuple(object() for _ in params)
+            kinds = plan(key, decl.stub).kinds
+            args = tuple(_admitted(kind, i) for i, kind in enumerate(kinds))  # distinct values, each admitted
             result = decl.function(*args)
             if decl.is_async:
                 import asyncio

@@ -12,8 +12,11 @@ class, a result's error type moves into the docstring), so types are read from t
 one WIT declaration, and that reading is checked against the generated types.
 
 Types are compared in a canonical WIT spelling without spaces, where ``int`` stands for any
-integer type and ``float`` for ``f32``/``f64`` (the width is chosen from the meaning, which
-Python does not say) and ``bytes`` for ``list<u8>``.
+integer type and ``float`` for ``f32``/``f64`` and ``bytes`` for ``list<u8>``. An integer's
+width is held separately: a declared ``int`` is a ``u32``, and ``S32``, ``U64`` and ``S64``
+(:mod:`inferlet.host.types`) say otherwise, because the SDK refuses what lies outside that
+range before a call crosses (:mod:`inferlet.host.arguments`); the WIT must spell the same
+width, or a value the SDK lets through could not be lowered.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from typing import Any, Callable
 import pytest
 
 from inferlet import host as declared
-from inferlet.host.types import Context
+from inferlet.host.arguments import Kind, kind_of, plan
+from inferlet.host.types import RECORDS, Context
 from inferlet.host.wit import RESOURCES as _RESOURCES
 from pie_core.runtime import host_api
 from pie_core.runtime.wasm.build import WIT_DIR
@@ -242,6 +246,58 @@ def func_decl(wit: Wit, iface: str, name: str) -> tuple[list[tuple[str, str]], s
     return params, _canon_wit(m[2] or "_", aliases)
 
 
+def raw_types(wit: Wit, iface: str, name: str) -> list[str] | None:
+    """The types of WIT function ``name``'s parameters, or of ``record name``'s fields (iface
+    ``types``), as written (spaces removed, ``use`` renames undone, widths kept)."""
+    text = wit.text.get(iface, "")
+    m = (re.search(rf"\brecord\s+{re.escape(name)}\s*\{{(.*?)\}}", text, re.S) if iface == "types" else
+         re.search(rf"^\s*{re.escape(name)}\s*:\s*func\s*\((.*?)\)", text, re.M | re.S))
+    if m is None:
+        return None
+    aliases = _aliases(text)
+    out = []
+    for item in _split(re.sub(r"//[^\n]*", "", m[1])):
+        t = re.sub(r"\s+", "", item.partition(":")[2])
+        for local, real in aliases.items():
+            t = re.sub(rf"(?<![\w-]){re.escape(local)}(?![\w-])", real, t)
+        out.append(t)
+    return out
+
+
+def _widths_of_wit(t: str) -> list[str]:
+    """The integer types in WIT type ``t``, in order (``list<u8>`` is bytes, not an integer)."""
+    return re.findall(r"(?<![\w-])([us](?:8|16|32|64))(?![\w-])", re.sub(r"(?<![\w-])list<u8>", "bytes", t))
+
+
+def _widths_of_kind(kind: Kind) -> list[str]:
+    """The integer types the SDK's check of ``kind`` admits, in order (a record's own are its fields')."""
+    if kind[0] == "int":
+        return [kind[1].wit]
+    if kind[0] in ("list", "opt"):
+        return _widths_of_kind(kind[1])
+    if kind[0] == "tuple":
+        return [w for k in kind[1] for w in _widths_of_kind(k)]
+    return []
+
+
+def width_problems(wit: Wit) -> list[str]:
+    """Integers whose WIT width is not the range the SDK checks them against."""
+    problems = []
+    for (iface, name), decl in sorted(declared.declarations().items()):
+        checks, got = plan((iface, name), decl.stub), raw_types(wit, iface, kebab(name))
+        for param, kind, t in zip(checks.names, checks.kinds, got or []):
+            if _widths_of_kind(kind) != _widths_of_wit(t):
+                problems.append(f"inferlet.host.{iface}.{name}: `{param}` is `{t}` in wit/ but the SDK checks it as "
+                                f"{_widths_of_kind(kind) or 'no integer'}")
+    for cls in RECORDS:
+        got = raw_types(wit, "types", kebab(cls.__name__))
+        for (field, kind), t in zip(kind_of(cls)[2], got or []):
+            if _widths_of_kind(kind) != _widths_of_wit(t):
+                problems.append(f"{cls.__name__}.{field} is `{t}` in wit/ but the SDK checks it as "
+                                f"{_widths_of_kind(kind) or 'no integer'}")
+    return problems
+
+
 def record_decl(wit: Wit, name: str) -> list[tuple[str, str]] | None:
     """Fields (name, canonical type) of ``record name`` in ``types``."""
     m = re.search(rf"\brecord\s+{re.escape(name)}\s*\{{(.*?)\}}", wit.text.get("types", ""), re.S)
@@ -391,6 +447,21 @@ def test_interface_declares_exactly_the_host_functions(wit: Wit, iface: str) -> 
 def test_signatures_match_the_host_functions(wit: Wit, iface: str) -> None:
     host = {n: fn for (m, n), fn in declared_functions().items() if m == iface}
     _assert_none([p for n, fn in sorted(host.items()) for p in function_problems(wit, iface, n, fn)])
+
+
+def test_every_integer_crosses_with_the_width_the_sdk_checks(wit: Wit) -> None:
+    _assert_none(width_problems(wit))
+
+
+def test_a_differing_integer_width_is_reported(wit: Wit, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = dict(wit.text)
+    text["context"] = text["context"].replace("truncate: func(ctx: borrow<context>, n: u32)",
+                                              "truncate: func(ctx: borrow<context>, n: s64)")
+    text["types"] = text["types"].replace("seed: u64", "seed: u32")
+    monkeypatch.setattr(wit, "text", text)
+    assert width_problems(wit) == [
+        "inferlet.host.context.truncate: `n` is `s64` in wit/ but the SDK checks it as ['u32']",
+        "SampleSpec.seed is `u32` in wit/ but the SDK checks it as ['u64']"]
 
 
 def test_records_match_the_value_dataclasses(wit: Wit) -> None:

@@ -109,8 +109,10 @@ def test_probes_and_handles_of_the_wrong_kind(dummy):
     "build, message",
     [
         (lambda f, v: f.input([v]), "token ids must be >= 0 and <"),
-        (lambda f, v: f.input([-1]), "token ids must be >= 0"),
-        (lambda f, v: f.input_at([1, 2], [0, -3]), "positions must be >= 0"),
+        # outside what the wire carries: refused by the SDK before the call leaves, in every runner
+        (lambda f, v: f.input([-1]), "inference.forward(): tokens must be ints >= 0 and < 4294967296, got -1 at index 0"),
+        (lambda f, v: f.input_at([1, 2], [0, -3]),
+         "inference.forward(): positions must be ints >= 0 and < 4294967296, got -3 at index 1"),
         (lambda f, v: f.input_at([1, 2], [4, 4]), "positions within one pass must be distinct"),
         (lambda f, v: f.input([1, 2]).attention_mask([[0, 2]]), "got 1 attention mask rows for 2 input tokens"),
         (lambda f, v: f.input([1, 2]).attention_mask([[0, 2], [0, 3]]), "BRLE covers 3 entries, expected 2"),
