@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Union
 
 from inferlet import _blocking, chat, reasoning as _reasoning
+from inferlet._call_splitter import CallSplitter, Closed, Opened
 from inferlet.generator import Generator
+from inferlet.host import model as _host_model
+from inferlet.host import tools as _host_tools
 from inferlet.model import Model
 
 __all__ = ["Event", "Decoder", "EventStream"]
@@ -62,9 +65,9 @@ class Event:
 AnyEvent = Union[Event.Text, Event.Thinking, Event.ThinkingDone, Event.ToolCallStart, Event.ToolCall, Event.Done]
 
 
-def _tool_call_decoder(model: Model) -> Any:
-    """The tool-call detector behind ``tool_use=True`` (its Start/Call events become
-    ToolCallStart/ToolCall)."""
+def _bare_call_decoder(model: Model) -> Any:
+    """The detector of calls without markers (Llama 3's bare JSON reply) behind ``tool_use=True``
+    (its Start/Call events become ToolCallStart/ToolCall)."""
     from inferlet import tools  # imported here: tools pulls in the grammar machinery
 
     return tools.Decoder(model)
@@ -80,13 +83,24 @@ class Decoder:
     between ``</think>`` and the answer are not part of the reply. A model whose format has no
     reasoning markers never thinks. With ``tool_use=True`` a tool call in the model's own
     syntax (:mod:`inferlet.tools`) gives ``Event.ToolCallStart`` when it opens and
-    ``Event.ToolCall(name, arguments)`` when it completes; its text is not part of the reply.
+    ``Event.ToolCall(name, arguments)`` when it completes; its text (its markers, and the
+    newline chat templates write before the opening one) is neither a Text event nor part of
+    Done's reply. Text that may be the start of a call's
+    marker (``<tool`` of ``<tool_call>``) is held back until the marker completes or turns out
+    not to be one; a call cut off by the end of the reply is not text either.
     Text is UTF-8 safe: a character split across tokens comes out whole, once complete.
     """
 
     def __init__(self, model: Model, *, reasoning: bool = False, tool_use: bool = False) -> None:
         """Watch ``model``'s generations (``reasoning``/``tool_use``: also report those)."""
-        self._tools = _tool_call_decoder(model) if tool_use else None
+        self._model = model.name
+        self._calls: CallSplitter | None = None  # calls between markers (Qwen's <tool_call>): cut out of the text
+        self._tools: Any = None  # a bare JSON call (Llama 3): recognised token by token
+        syntax = _host_tools.syntax(model.name) if tool_use else None
+        if syntax is not None and syntax.begin:
+            self._calls = CallSplitter(syntax.begin, syntax.end)
+        elif syntax is not None:
+            self._tools = _bare_call_decoder(model)
         self._chat = chat.Decoder(model)
         self._thinking = _reasoning.Decoder(model) if reasoning else None
         if self._thinking is not None and self._thinking.markers is None:
@@ -100,6 +114,8 @@ class Decoder:
             self._thinking.reset()
         if self._tools is not None:
             self._tools.reset()
+        if self._calls is not None:
+            self._calls.reset()
         self._reply: list[str] = []
         self._after_thinking = False
 
@@ -113,11 +129,12 @@ class Decoder:
             in_call = self._feed_tools(tok, events)
             ev = self._chat.feed([tok])
             if isinstance(ev, chat.Event.Delta) and not in_call:
-                events.extend(self._text(ev.text))
+                events.extend(self._visible(ev.text))
             elif isinstance(ev, chat.Event.Done):
-                events.append(Event.Done("".join(self._reply)))
-                self.reset()
-            # Idle (an incomplete character) and Interrupt (a control token) add no text.
+                events.extend(self._end())
+            elif isinstance(ev, chat.Event.Interrupt) and self._calls is not None:
+                events.extend(self._visible(self._marker_text(ev.token)))
+            # Idle (an incomplete character) and Interrupt (another control token) add no text.
         return events
 
     def finish(self) -> list[AnyEvent]:
@@ -127,9 +144,41 @@ class Decoder:
         events: list[AnyEvent] = []
         if self._thinking is not None and self._thinking.inside:
             events.append(Event.ThinkingDone(self._thinking.text()))
+        return events + self._end()
+
+    def _end(self) -> list[AnyEvent]:
+        """The text held back (no marker after all), then ``Done``; the decoder starts afresh."""
+        events: list[AnyEvent] = []
+        if self._calls is not None:
+            for piece in self._calls.finish():
+                events.extend(self._text(piece))
         events.append(Event.Done("".join(self._reply)))
         self.reset()
         return events
+
+    def _visible(self, text: str) -> list[AnyEvent]:
+        """Events for newly decoded reply text: Text outside calls, ToolCallStart/ToolCall at
+        the markers of a call."""
+        if self._calls is None:
+            return self._text(text)
+        events: list[AnyEvent] = []
+        for piece in self._calls.feed(text):
+            if isinstance(piece, Opened):
+                events.append(Event.ToolCallStart())
+            elif isinstance(piece, Closed):
+                begin, end = self._calls.markers
+                for name, args in _host_tools.parse_calls(self._model, begin + piece.block + end):
+                    events.append(Event.ToolCall(name, args))
+            else:
+                events.extend(self._text(piece))
+        return events
+
+    def _marker_text(self, token: int) -> str:
+        """A control token's text where it is a call marker (a tokenizer may mark them special),
+        else ""."""
+        assert self._calls is not None
+        text = _host_model.token_bytes(self._model, [token])[0].decode("utf-8", "replace")
+        return text if text in self._calls.markers else ""
 
     def _feed_tools(self, tok: int, events: list[AnyEvent]) -> bool:
         """Feed the tool-call detector; True while ``tok`` belongs to a call."""

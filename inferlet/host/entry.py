@@ -15,11 +15,13 @@ from types import ModuleType
 from typing import Any, Awaitable, Callable
 
 from inferlet import _blocking
+from inferlet._main_exit import MAIN_EXITS, exit_outcome
 from inferlet._return_value import check_return, encode_return
 from inferlet.host import transport as _transport
 from inferlet.host.errors import InvalidInput
 
-__all__ = ["install", "load_main", "as_coroutine_function", "check_return", "encode_return", "describe", "WHERE"]
+__all__ = ["install", "load_main", "as_coroutine_function", "check_return", "encode_return", "describe", "WHERE",
+           "MAIN_EXITS", "exit_outcome"]
 
 WHERE = _blocking.WHERE
 """The end of every error a synchronous form raises where the runner cannot block."""

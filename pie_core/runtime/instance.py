@@ -13,6 +13,7 @@ from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
 from pie_core.runtime import inprocess
 from pie_core.runtime.stdio import flush_stdout, install_stdio_router
+from inferlet.host.entry import MAIN_EXITS, exit_outcome
 from inferlet.host import entry
 from inferlet.host.entry import check_return
 
@@ -44,13 +45,18 @@ async def run_inferlet(
     """Validate ``args`` against the manifest, then run the inferlet's ``main``.
 
     Returns:
-        The terminal event (also emitted): ``return`` or ``error``.
+        The terminal event (also emitted): ``return`` or ``error`` (a module that calls
+        ``sys.exit`` as it imports ends as :func:`run_main` says).
     """
     try:
         payload = manifest.validate_input(args)
         main = load_entry(manifest)
     except Exception as exc:
         final = Event("error", entry.describe(exc))
+        emit(final)
+        return final
+    except MAIN_EXITS as exc:
+        final = Event(*exit_outcome(exc))
         emit(final)
         return final
     return await run_main(engine, main, payload, emit, username=username, instance=instance)
@@ -75,6 +81,13 @@ async def run_main(
     Every page and resource the instance held is released before this returns, whether
     ``main`` returned, raised, or was cancelled (cancellation emits an error, then re-raises).
 
+    ``sys.exit()`` and ``KeyboardInterrupt`` in ``main`` end the inferlet, not the server, as
+    in the process and wasm runners (:data:`inferlet.host.entry.MAIN_EXITS`): ``sys.exit()``,
+    ``sys.exit(None)`` and ``sys.exit(0)`` mean success and end the run like ``return None``;
+    ``sys.exit(3)`` ends it with the error ``SystemExit: 3`` and ``raise KeyboardInterrupt``
+    with ``KeyboardInterrupt``. A Ctrl-C is not one of these: ``pie serve`` turns SIGINT into
+    its shutdown and ``pie run``'s event loop into cancellation, either of which cancels ``main``.
+
     Returns:
         The terminal event (also emitted).
     """
@@ -92,6 +105,8 @@ async def run_main(
             raise
         except Exception as exc:  # the inferlet failed: its message becomes the Error event
             final = Event("error", entry.describe(exc))
+        except MAIN_EXITS as exc:  # they end this inferlet; escaping, they would stop the server's loop
+            final = Event(*exit_outcome(exc))
         flush_stdout(inst)
         emit(final)
         return final

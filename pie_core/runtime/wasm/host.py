@@ -18,6 +18,11 @@ every WIT import is the engine's host function of the same name.
   scratch directory), no sockets and no subprocesses (WASI gives none); its
   memory is capped by the store's limits and its time by epochs (the engine's clock ticks
   every :data:`TICK_S`).
+- ``print`` and ``sys.stdout``/``sys.stderr`` reach the client through the ``session.send`` and
+  ``session.write_stderr`` imports (``pie_guest/stdio.py``), in order with the guest's other
+  calls. WASI's fds 1 and 2 are left to wasmtime's default, which discards what is written
+  (``os.write``), as a worker process's ``/dev/null`` does: wasmtime's custom output streams
+  take 8192 bytes a write and call back from its own threads, after the guest moved on.
 """
 
 from __future__ import annotations
@@ -125,8 +130,6 @@ class WasmHost:
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
         wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
         wasi.preopen_dir(scratch, "/scratch")
-        wasi.stdout_custom = guest.output("stdout")
-        wasi.stderr_custom = guest.output("stderr")
         store.set_wasi(wasi)
         if limits.memory_mb > 0:
             store.set_limits(memory_size=limits.memory_mb * 2**20)
@@ -142,7 +145,6 @@ class WasmHost:
         except Exception as exc:  # noqa: BLE001 - a host-side failure ends this instance only
             return GuestResult(False, f"{type(exc).__name__}: {exc}")
         finally:
-            guest.flush()
             guest.cancel_all()
             linking.detach(store)
             unbind(token)

@@ -11,7 +11,9 @@ import sys
 
 from componentize_py_types import Err
 
+from inferlet.host.entry import MAIN_EXITS, exit_outcome
 from inferlet.host import entry
+from pie_guest import stdio
 from pie_guest.loop import GuestLoop
 from pie_guest.transport import WitTransport
 
@@ -28,7 +30,7 @@ def run(request: str) -> str:
         Err: The inferlet could not be loaded, or ``main`` raised; the text says why.
     """
     try:
-        sys.stdout.reconfigure(line_buffering=True)
+        stdio.install(TRANSPORT)
         first = json.loads(request)
         entry.install(TRANSPORT)
         main = entry.load_main(f"{ROOT}/{first['entry']}", "_pie_inferlet", synchronous=True, own_process=True)
@@ -42,8 +44,21 @@ def run(request: str) -> str:
         else:
             value = main(first["input"])
         return entry.encode_return(value)
+    except MAIN_EXITS as exc:  # sys.exit() / KeyboardInterrupt: the run's end, as in every runner
+        kind, value = exit_outcome(exc)
+        if kind == "return":
+            return entry.encode_return(value)
+        raise Err(value) from None
     except BaseException as exc:  # noqa: BLE001 - everything becomes the error the host reports
         raise Err(entry.describe(exc)) from None
     finally:
+        _flush()
+
+
+def _flush():
+    """Send the partial stdout line; a failure (the inferlet was cancelled) must not hide how
+    ``main`` ended."""
+    try:
         sys.stdout.flush()
-        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
