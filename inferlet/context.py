@@ -271,7 +271,7 @@ class Context:
         Raises:
             InvalidInput: ``value`` is not a finite number >= 0.
         """
-        _market.set_bid(self._handle(), value)
+        _market.set_bid(self._kv.handle_as_is(), value)
 
     @contextmanager
     def idle(self) -> Iterator[Context]:
@@ -282,7 +282,7 @@ class Context:
 
         A pass run inside the block bids 0 as well, so under contention it waits for free pages.
         """
-        handle = self._handle()
+        handle = self._kv.handle_as_is()
         if self._idle_depth == 0:
             _market.set_idle(handle, True)
         self._idle_depth += 1
@@ -309,7 +309,7 @@ class Context:
     def suspended(self) -> bool:
         """True while this context's pages are off the device (by :meth:`suspend`, or because
         it lost an auction); its next pass restores it."""
-        return _market.is_suspended(self._handle())
+        return _market.is_suspended(self._kv.handle_as_is())
 
     # -- lifecycle -------------------------------------------------------------------------
     def release(self) -> None:
@@ -341,7 +341,7 @@ class Context:
         self.release()
 
     def _handle(self) -> _types.Context:
-        return self._ctx  # every host function on a context raises PieError once it is released
+        return self._kv.handle  # every host function on a context raises PieError once it is released
 
     def _extend(self, tokens: Iterable[int]) -> Context:
         self._kv.check_live()
@@ -354,37 +354,36 @@ class RawContext:
 
     def __init__(self, kv: KvCache) -> None:
         self._kv = kv
-        self._h = kv.handle
 
     def reserve_working_pages(self, n: int) -> None:
         """Pre-allocate ``n`` working pages."""
         self._kv.changed()
-        _host.reserve_working_pages(self._h, n)
+        _host.reserve_working_pages(self._kv.handle, n)
 
     def commit_working_pages(self, k: int) -> None:
         """Promote ``k`` full working pages to committed."""
         self._kv.changed()
-        _host.commit_working_pages(self._h, k)
+        _host.commit_working_pages(self._kv.handle, k)
 
     def release_working_pages(self, n: int) -> None:
         """Free ``n`` empty working pages."""
         self._kv.changed()
-        _host.release_working_pages(self._h, n)
+        _host.release_working_pages(self._kv.handle, n)
 
     def truncate_working_page_tokens(self, n: int) -> None:
         """Drop the last ``n`` tokens (rollback)."""
         self._kv.changed()
-        _host.truncate(self._h, n)
+        _host.truncate(self._kv.handle, n)
         self._kv.shrank(n)
 
     def committed_page_count(self) -> int:
         """Number of committed pages."""
-        return _host.committed_page_count(self._h)
+        return _host.committed_page_count(self._kv.handle)
 
     def working_page_count(self) -> int:
         """Number of working pages."""
-        return _host.working_page_count(self._h)
+        return _host.working_page_count(self._kv.handle)
 
     def working_page_token_count(self) -> int:
         """Tokens in the working pages."""
-        return _host.working_page_token_count(self._h)
+        return _host.working_page_token_count(self._kv.handle)

@@ -147,7 +147,6 @@ class Forward:
         than this."""
         self._model = model
         self._cache = cache
-        self._handle = cache.handle
         self._pending = pending
         self._start = cache.length
         self._tokens: list[int] = []
@@ -210,7 +209,7 @@ class Forward:
     def system_drafts(self, limit: int) -> list[int]:
         """Up to ``limit`` (at most 8) tokens the runtime's n-gram drafter expects after this
         pass's inputs, from the context's own tokens; often ``[]``. For :meth:`draft`."""
-        return _spec_host.system_draft(self._handle, self._tokens, limit)
+        return _spec_host.system_draft(self._cache.handle, self._tokens, limit)
 
     def attention_mask(self, masks: Sequence[Sequence[int]]) -> Forward:
         """Per-input-token attention masks: one BRLE row per input token over the KV length
@@ -282,7 +281,7 @@ class Forward:
         self._cache.changed()
         try:
             raw = await _host.forward(
-                self._handle,
+                self._cache.handle,
                 self._tokens,
                 positions=self._positions,
                 attention_masks=self._masks,
@@ -326,15 +325,20 @@ class Forward:
 async def next_pass(cache: KvCache, pending: Pending, token: int) -> RequestOutput:
     """Run the next pass of the decode loop a pass with run-ahead started on the context
     (``inferlet.host.inference.forward_next``): ``token``, the only token buffered, at the next
-    position, with the loop's samples and probes; the engine has usually computed it already.
+    position, with the loop's samples and probes; the engine has usually computed it already,
+    and may hand over the passes after it too (kept in ``cache.ahead`` for the next steps).
     The caller made sure the loop still runs (nothing changed the context since its last pass)."""
     pending.take([token])
+    if cache.ahead:  # taken from the engine with an earlier pass
+        cache.grew(1)
+        return cache.ahead.popleft()
     try:
-        raw = await _host.forward_next(cache.handle)
+        raw, *later = await _host.forward_next(cache.handle_as_is())
     except BaseException:
         pending.restore([token])
         cache.forget()
         cache.changed()
         raise
+    cache.ahead.extend(later)
     cache.grew(1)
     return raw

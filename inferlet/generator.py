@@ -331,14 +331,14 @@ class Generator:
         left = self._left()
         target = None if left is None else start + left
         if cache is not self._told or target != self._target:
-            _market.set_horizon(cache.handle, left)
+            _market.set_horizon(cache.handle_as_is(), left)
             self._told, self._target = cache, target
 
     def _withdraw(self) -> None:
         """Generation ended: the context no longer expects tokens from it."""
         cache, self._told, self._target = self._told, None, None
         if not cache.released:
-            _market.set_horizon(cache.handle, None)
+            _market.set_horizon(cache.handle_as_is(), None)
 
     def _buffer(self, accepted: list[int]) -> None:
         self._ctx.append(accepted)  # the next step runs them (a stop token was never accepted)

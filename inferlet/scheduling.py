@@ -47,7 +47,7 @@ def balance(model: Model) -> float:
 def rent(ctx: Context) -> float:
     """What a page cost per tick at the last auction on ``ctx``'s model (0 while every context
     fits). Rising rent means contention; no holder ever pays more than its own bid."""
-    return _host.rent(ctx._handle())
+    return _host.rent(ctx._kv.handle_as_is())
 
 
 def dividend(model: Model) -> float:
@@ -58,7 +58,7 @@ def dividend(model: Model) -> float:
 
 def latency(ctx: Context) -> float:
     """Seconds per tick (one batch) on ``ctx``'s model, a moving average; 0 before the first."""
-    return _host.latency(ctx._handle())
+    return _host.latency(ctx._kv.handle_as_is())
 
 
 def price() -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from inferlet.host._declare import host
-from inferlet.host.types import Adapter, Context, ProbeSpec, RequestOutput, SampleSpec
+from inferlet.host.types import S64, Adapter, Context, ProbeSpec, RequestOutput, SampleSpec
 
 __all__ = ["forward", "forward_next"]
 
@@ -21,7 +21,7 @@ async def forward(
     probes: Sequence[ProbeSpec] = (),
     drafts: int = 0,
     adapter: Adapter | None = None,
-    zo_seed: int = 0,
+    zo_seed: S64 = 0,
     ahead: int = 0,
     stop: Sequence[int] = (),
 ) -> RequestOutput:
@@ -73,10 +73,12 @@ async def forward(
 
 
 @host
-async def forward_next(ctx: Context) -> RequestOutput:
-    """The next pass of the decode loop that ``forward(..., ahead=n)`` started on ``ctx``: the
-    token the loop's last pass sampled, at the next position, with the same samples and probes.
-    Usually it has run already (run-ahead); it is recorded in the context now.
+async def forward_next(ctx: Context) -> list[RequestOutput]:
+    """The next pass of the decode loop that ``forward(..., ahead=n)`` started on ``ctx`` (the
+    token the loop's last pass sampled, at the next position, with the same samples and probes),
+    then every pass after it that the engine ran already, in order. Usually the next one has
+    run already (run-ahead); all that this returns is recorded in the context now, so a caller
+    that uses fewer of them must truncate the rest (``context.truncate``) before anything else.
 
     Raises:
         InvalidInput: No loop runs on the context (none was started, another call ended it, or

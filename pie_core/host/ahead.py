@@ -7,9 +7,15 @@ after it is queued (unless it sampled a stop token, or the ``n`` passes announce
 queued), up to :data:`DEPTH` passes beyond what the inferlet has taken. So the context is in
 every batch even when its inferlet — in a worker or a wasm guest, a round trip away — takes a
 little longer than a step to handle an output. ``inference.forward_next(ctx)`` takes the next
-pass (waiting for it if it still runs). A pass run ahead writes its KV but is recorded only when
-it is taken (:func:`~pie_core.scheduler.passes.queue_unrecorded`), so nothing the inferlet can
-observe changes if it never is:
+pass (waiting for it if it still runs) and, with it, every pass after it that landed already, so
+an inferlet that fell behind catches up in one call instead of one call per token. A pass run
+ahead writes its KV but is recorded only when it is taken
+(:func:`~pie_core.scheduler.passes.queue_unrecorded`), so nothing the inferlet can observe
+changes if it never is. Passes taken together beyond the first are recorded with their pages
+kept working until the next pass is: the SDK holds their outputs until its program asks, and
+truncates those it never used before anything else touches the context.
+
+How a chain meets the rest of the engine:
 
 - any other ``forward`` on the context, and every call that changes the context's pages or
   length (truncate, the raw page calls, suspend, release), ends the chain first: passes still
@@ -90,8 +96,9 @@ class Chain:
         self._token = out.tokens[0][0]
         self._fill()
 
-    async def next(self) -> RequestOutput:
-        """The next pass: the one run ahead (recorded now), or, where none could, run now.
+    async def next(self) -> list[RequestOutput]:
+        """The next pass, and the ones after it that already landed, each recorded now: those
+        run ahead, or, where none could, the next one run now.
 
         Raises:
             InvalidInput: The loop ended (its last pass sampled a stop token, or the inferlet
@@ -105,28 +112,24 @@ class Chain:
         if self._queued:
             item = self._queued.popleft()
             try:
-                out: RequestOutput | None = await item.future
+                await item.future
             except asyncio.CancelledError:
                 self.pause()
                 raise
             except Exception:  # noqa: BLE001 - the pass runs again below and reports what recurs
-                out = None
-            kv = ctx.kv
-            if out is not None and self._open and not kv.released and kv.resident and kv.length == item.slot:
-                record(kv, item.work)
-                self.left -= 1
-                self.landed(out)
-                return out
+                pass
+            if self._record(item):
+                return self._landed_too([item.future.result()])
             self.pause()  # it failed, or the context changed under it: what was queued after it is void
         ctx.check_live()
         async with ctx.lock:
             out = await run_pass(ctx.model, ctx.holder, self._pass(token, ctx.kv.length))
         self.left -= 1
         self.landed(out)
-        return out
+        return [out]
 
     def next_soon(self, done: Callable[[bool, Any], None]) -> Callable[[], None] | None:
-        """:meth:`next` without a task when a pass is queued ahead: ``done(True, output)`` once
+        """:meth:`next` without a task when a pass is queued ahead: ``done(True, outputs)`` once
         it landed and was recorded (``done(False, error)`` if recording it is impossible and
         running it again fails). Returns what cancels the call (the pass is then not recorded
         and the chain pauses), or None, having done nothing, when :meth:`next` must run."""
@@ -139,17 +142,12 @@ class Chain:
         def landed(future: asyncio.Future[RequestOutput]) -> None:
             if cancelled:
                 return
-            kv = self.ctx.kv
-            good = not future.cancelled() and future.exception() is None
-            if (good and self._open and self._queued and self._queued[0] is item and not kv.released
-                    and kv.resident and kv.length == item.slot):
+            if self._queued and self._queued[0] is item:
                 self._queued.popleft()
-                record(kv, item.work)
-                self.left -= 1
-                out = future.result()
-                self.landed(out)
-                done(True, out)
-                return
+                if self._record(item):
+                    done(True, self._landed_too([future.result()]))
+                    return
+                self.pause()  # what was queued after it is void
             task = asyncio.get_running_loop().create_task(self.next())  # it failed, or the context changed
             task.add_done_callback(lambda t: done(False, PieError("the host call was cancelled")) if t.cancelled()
                                    else done(t.exception() is None, t.exception() or t.result()))
@@ -163,6 +161,32 @@ class Chain:
 
         item.future.add_done_callback(landed)
         return cancel
+
+    def _record(self, item: _Queued, hold: int = 0) -> bool:
+        """Record ``item``, a pass taken off the queue, if it landed well on the context as it
+        is (the pages of the last ``hold`` tokens stay working); False (nothing recorded)
+        otherwise."""
+        f, kv = item.future, self.ctx.kv
+        if (not f.done() or f.cancelled() or f.exception() is not None or not self._open or kv.released
+                or not kv.resident or kv.length != item.slot):
+            return False
+        record(kv, item.work, hold)
+        self.left -= 1
+        self.landed(f.result())
+        return True
+
+    def _landed_too(self, outs: list[RequestOutput]) -> list[RequestOutput]:
+        """``outs`` and the passes queued after them that landed already, recorded: an inferlet
+        that fell behind catches up in one call. Their pages stay working until the next pass is
+        recorded, so the SDK can truncate those its program never used. A landed pass that
+        cannot be recorded voids the rest (the inferlet's next call runs it again)."""
+        while self._queued and self._queued[0].future.done():
+            item = self._queued.popleft()
+            if not self._record(item, hold=len(outs)):
+                self.pause()
+                break
+            outs.append(item.future.result())
+        return outs
 
     def pause(self) -> None:
         """Drop the passes run ahead (queued ones leave their batch; pages they reserved go

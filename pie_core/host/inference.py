@@ -130,20 +130,21 @@ def _forward_next_soon(ctx: HostContext, done: Callable[[bool, Any], None]) -> C
     if ctx.released or chain is None:
         return None
     probes = chain.probes
-    return chain.next_soon(lambda ok, value: done(ok, _result(value, probes) if ok else value))
+    return chain.next_soon(lambda ok, value: done(ok, [_result(out, probes) for out in value] if ok else value))
 
 
 @soon(_forward_next_soon)
-async def forward_next(ctx: HostContext) -> RequestOutput:
-    """The next pass of the decode loop a ``forward(..., ahead=n)`` started on ``ctx``: the token
+async def forward_next(ctx: HostContext) -> list[RequestOutput]:
+    """The next pass of the decode loop a ``forward(..., ahead=n)`` started on ``ctx`` (the token
     its last pass sampled, at the next position, with the same samples and probes; usually
-    computed already (run-ahead, see :mod:`pie_core.host.ahead`)."""
+    computed already), then each pass after it that landed already: run-ahead, see
+    :mod:`pie_core.host.ahead`."""
     ctx.check_live()
     chain = ctx.chain
     if chain is None:
         raise InvalidInput("no decode loop runs ahead on this context: start one with forward(..., ahead=n), "
                            "and note that any other call that changes the context ends it")
-    return _result(await chain.next(), chain.probes)
+    return [_result(out, chain.probes) for out in await chain.next()]
 
 
 def _result(out: RequestOutput, probes: Sequence[ProbeSpec]) -> RequestOutput:

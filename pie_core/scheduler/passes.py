@@ -112,11 +112,12 @@ def queue_unrecorded(model: Any, holder: Holder, p: Pass, at: int) -> asyncio.Fu
     return model.batcher.enqueue(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
 
 
-def record(kv: KvContext, p: Pass) -> None:
+def record(kv: KvContext, p: Pass, hold: int = 0) -> None:
     """Record pass ``p`` (run by :func:`queue_unrecorded` at the context's length) as if it had
-    just landed: its tokens join the lineage and the pages they fill commit."""
+    just landed: its tokens join the lineage and the pages they fill commit, but for the pages
+    holding the last ``hold`` tokens of the context, which stay working (truncatable)."""
     salt = b"" if p.tag is None else p.tag.salt
-    kv.advance(p.ids.tolist(), p.pos.tolist(), None, 0, salt, p.tag)
+    kv.advance(p.ids.tolist(), p.pos.tolist(), None, hold, salt, p.tag)
 
 
 def release_spare(kv: KvContext, spare: int) -> None:

@@ -63,5 +63,6 @@ def enter(program: Path, scratch: str, limits: WorkerLimits) -> int:
     abi = landlock.confine(read=readable_roots(program), write=[scratch, *_DEVICES])
     seccomp.confine()  # False where the kernel has none; the zygote says so once at start-up
     os.nice(WORKER_NICE)  # a spinning inferlet never outranks the engine's event loop and batcher
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     apply_rlimits(limits)
     return abi

@@ -24,11 +24,13 @@ import collections
 import io
 import itertools
 import os
+import select
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from inferlet.host.entry import MAIN_EXITS, exit_outcome
 from inferlet.host import entry
 from pie_core.runtime import host_api
 from pie_core.runtime.host_api import HOST_MODULES
@@ -68,18 +70,31 @@ class _Remote:
 
 
 class _Link:
-    """The worker's end of the pipe: blocking calls, awaitable calls, one-way notes, one reader
-    thread. Frames are written whole under a lock; a write made while this thread is already
-    writing (a finaliser that prints, run by the garbage collector mid-write) goes out after."""
+    """The worker's end of the pipe: blocking calls, awaitable calls, one-way notes.
+
+    No reader thread: replies are read by whoever waits for one. An event loop of this process
+    reads them when the pipe is readable (:meth:`pump`, registered by :func:`_run` and by the
+    private loops of the synchronous forms); a blocking :meth:`call` reads until its own reply
+    came. One reader at a time; replies it reads for others settle their waiters (across threads
+    where a waiter lives on another). Frames are written whole under a lock; a write made while
+    this thread is already writing (a finaliser that prints, run by the garbage collector
+    mid-write) goes out after."""
 
     def __init__(self, rfd: int, wfd: int) -> None:
-        self._r, self._w = os.fdopen(rfd, "rb", buffering=0), wfd
+        self._r, self._w = rfd, wfd
+        self._inbox = bytearray()
         self._lock, self._ids = threading.Lock(), itertools.count(1)
         self._writing = threading.local()
         self._later: collections.deque[bytes] = collections.deque()
         self._waiting: dict[int, Callable[[bool, Any], None]] = {}
         self._remotes: dict[int, _Remote] = {}
+        self._turn = threading.Condition()
+        self._reader: int | None = None  # the thread reading the pipe now
         self.codec = Codec(self._to_ref, self._from_ref)
+
+    @property
+    def fd(self) -> int:
+        return self._r
 
     def _to_ref(self, obj: Any) -> tuple[int, str] | None:
         return (obj._rid, obj._kind.name) if type(obj) is _Remote else None
@@ -93,18 +108,71 @@ class _Link:
         return self._remotes[rid]
 
     def read(self) -> Any:
-        (size,) = HEADER.unpack(self._read_exact(HEADER.size))
-        check_frame_size(size)
-        return self.codec.decode(self._read_exact(size))
+        """The next frame, waiting for it (the first frame, before anything else reads)."""
+        while (frame := self._take()) is None:
+            self._fill(block=True)
+        return self.codec.decode(frame)
 
-    def _read_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._r.read(n - len(buf))
-            if not chunk:
-                os._exit(0)  # the engine went away (or killed us): nothing left to do
-            buf += chunk
-        return bytes(buf)
+    def _fill(self, block: bool) -> bool:
+        """Add what the pipe holds to the inbox; False when nothing was there (not blocking)."""
+        if block:
+            select.select([self._r], [], [])
+        try:
+            chunk = os.read(self._r, 1 << 16)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            os._exit(0)  # the engine went away (or killed us): nothing left to do
+        self._inbox += chunk
+        return True
+
+    def _take(self) -> bytes | None:
+        """Cut the first whole frame's payload off the inbox, or None."""
+        inbox = self._inbox
+        if len(inbox) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(inbox)
+        check_frame_size(size)
+        end = HEADER.size + size
+        if len(inbox) < end:
+            return None
+        payload = bytes(inbox[HEADER.size:end])
+        del inbox[:end]
+        return payload
+
+    def _settle_inbox(self) -> None:
+        while (frame := self._take()) is not None:  # each frame is cut off before it settles
+            msg = self.codec.decode(frame)
+            if not (isinstance(msg, list) and len(msg) == 4 and msg[0] == "reply" and msg[1] in self._waiting):
+                raise ProtocolError(f"unexpected message from the engine: {str(msg)[:200]}")
+            self._waiting.pop(msg[1])(bool(msg[2]), msg[3])
+
+    def _read_turn(self, block: bool) -> None:
+        """Read and settle what arrived as the one reader; with ``block``, wait for data, or
+        for the reader of another thread to finish its turn. Any failure ends the worker."""
+        me = threading.get_ident()
+        nested = self._reader == me  # a finaliser's call made while this thread reads
+        if not nested:
+            with self._turn:
+                if self._reader is not None:
+                    if block:
+                        self._turn.wait()
+                    return
+                self._reader = me
+        try:
+            if self._fill(block):
+                self._settle_inbox()
+        except BaseException as exc:  # never die silently: the inferlet would wait forever
+            self.fail(f"the worker's pipe reader failed: {type(exc).__name__}: {exc}")
+        finally:
+            if not nested:
+                with self._turn:
+                    self._reader = None
+                    self._turn.notify_all()
+
+    def pump(self) -> None:
+        """An event loop's reader callback: settle the replies the pipe holds now."""
+        self._read_turn(block=False)
 
     def send(self, msg: Any) -> None:
         """Write ``msg`` as one frame (TypeError/ValueError if it cannot cross)."""
@@ -126,17 +194,6 @@ class _Link:
         while view:
             view = view[os.write(self._w, view):]
 
-    def serve_replies(self) -> None:
-        """The reader thread: settle each reply. If it fails, the worker ends with an error."""
-        try:
-            while True:
-                msg = self.read()
-                if not (isinstance(msg, list) and len(msg) == 4 and msg[0] == "reply" and msg[1] in self._waiting):
-                    raise ProtocolError(f"unexpected message from the engine: {str(msg)[:200]}")
-                self._waiting.pop(msg[1])(bool(msg[2]), msg[3])
-        except BaseException as exc:  # never die silently: the inferlet would wait forever
-            self.fail(f"the worker's pipe reader failed: {type(exc).__name__}: {exc}")
-
     def fail(self, why: str) -> None:
         try:
             self.send(["done", "error", why])
@@ -144,7 +201,7 @@ class _Link:
             os._exit(1)
 
     def _request(self, op: str, args: tuple[Any, ...], settle: Callable[[bool, Any], None]) -> None:
-        """Send call ``op``; the reader thread hands its reply to ``settle(ok, value)``."""
+        """Send call ``op``; whoever reads its reply hands it to ``settle(ok, value)``."""
         rid = next(self._ids)
         self._waiting[rid] = settle
         try:
@@ -154,14 +211,10 @@ class _Link:
             raise
 
     def call(self, op: str, *args: Any) -> Any:
-        done, box = threading.Event(), []
-
-        def settle(ok: bool, value: Any) -> None:
-            box.append((ok, value))
-            done.set()
-
-        self._request(op, args, settle)
-        done.wait()
+        box: list[tuple[bool, Any]] = []
+        self._request(op, args, lambda ok, value: box.append((ok, value)))
+        while not box:
+            self._read_turn(block=True)
         ok, value = box[0]
         if not ok:
             raise value
@@ -171,8 +224,9 @@ class _Link:
         # the loop running now: the worker's, or a private one of a blocking wait
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
+        home = threading.get_ident()
 
-        def resolve(ok: bool, value: Any) -> None:  # on the loop
+        def resolve(ok: bool, value: Any) -> None:
             if fut.done():
                 return
             if ok:
@@ -180,23 +234,31 @@ class _Link:
             else:
                 fut.set_exception(value)
 
-        def settle(ok: bool, value: Any) -> None:  # on the reader thread
+        def settle(ok: bool, value: Any) -> None:
             try:
-                loop.call_soon_threadsafe(resolve, ok, value)
+                if threading.get_ident() == home:
+                    resolve(ok, value)
+                else:
+                    loop.call_soon_threadsafe(resolve, ok, value)
             except RuntimeError:  # that loop was closed: nobody waits for the reply any more
                 pass
 
         self._request(op, args, settle)
         return await fut
 
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        """An event loop that settles this link's replies as they arrive."""
+        loop = asyncio.new_event_loop()
+        loop.add_reader(self._r, self.pump)
+        return loop
+
 
 class WireTransport:
     """The worker's host transport: every call is a ``call`` frame, answered by a ``reply``."""
 
-    blocking = staticmethod(asyncio.new_event_loop)  # one inferlet per process: it may block
-
     def __init__(self, link: _Link) -> None:
         self._link = link
+        self.blocking = link.new_loop  # one inferlet per process: it may block, on a private loop
 
     def call(self, key: tuple[str, str], args: tuple[Any, ...]) -> Any:
         return self._link.call("call", key[0], key[1], args)
@@ -266,7 +328,8 @@ async def _run(link: _Link) -> None:
     first = link.read()
     manifest = Manifest(name=first["name"], version="", description="", entry=first["entry"], root=Path(first["root"]))
     entry.install(WireTransport(link))
-    threading.Thread(target=link.serve_replies, name="pie-worker-reader", daemon=True).start()
+    os.set_blocking(link.fd, False)
+    asyncio.get_running_loop().add_reader(link.fd, link.pump)
     sys.stdout, sys.stderr = _ToClient(link, "stdout"), _ToClient(link, "stderr")
     try:
         confined = sandbox.enter(manifest.root, first["scratch"], WorkerLimits(**first["limits"]))
@@ -277,6 +340,8 @@ async def _run(link: _Link) -> None:
         final = ["error", "MemoryError: the inferlet exceeded its memory limit"]
     except Exception as exc:
         final = ["error", entry.describe(exc)]
+    except MAIN_EXITS as exc:  # sys.exit() / KeyboardInterrupt: the run's end, as in every runner
+        final = list(exit_outcome(exc))
     try:
         sys.stdout.flush()
     except Exception:  # noqa: BLE001 - a print that cannot go out must not hide main's result

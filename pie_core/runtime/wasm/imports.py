@@ -1,4 +1,4 @@
-"""The engine's side of one wasm instance's imports: its handles, its calls in flight, its output.
+"""The engine's side of one wasm instance's imports: its handles and its calls in flight.
 
 The arguments of an import arrive lifted (:mod:`.abi`); the guest's thread then runs the host
 function: a synchronous one that needs no event loop (:func:`~pie_core.host.binding.any_thread`)
@@ -9,16 +9,18 @@ synchronous import waits for it; an async one returns a call number that ``poll.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
-import codecs
-import concurrent.futures
+import collections
+import logging
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 from inferlet.host import types as _types
 from pie_core.errors import PieError
-from pie_core.host.binding import HostInstance, is_any_thread
+from pie_core.host.binding import HostInstance, bind, is_any_thread, unbind
 from pie_core.runtime import host_api
 
 __all__ = ["Guest", "KIND_IDS", "MAX_HANDLES"]
@@ -34,21 +36,86 @@ _CANCEL_POLL_S = 0.1  # how often a guest blocked in poll.wait looks at its canc
 Outcome = tuple[bool, Any]
 """What an import returns: (True, value) or (False, the exception)."""
 
+_log = logging.getLogger(__name__)
+
+
+class _Call:
+    """An async import in flight: its outcome once settled (on the loop), and a lock held until
+    then, which the guest's thread waits on without the GIL."""
+
+    __slots__ = ("guest", "kinds", "ready", "ok", "value", "cancelled")
+
+    def __init__(self, guest: Guest, kinds: list[Any]) -> None:
+        self.guest, self.kinds = guest, kinds  # kinds: the probes' kinds of a forward's result
+        self.ready = _thread.allocate_lock()
+        self.ready.acquire()
+        self.ok: bool | None = None
+        self.value: Any = None
+        self.cancelled = False
+
+    def settle(self, ok: bool, value: Any) -> None:
+        if self.ok is not None:
+            return
+        self.ok, self.value = ok, value
+        self.ready.release()
+        if self.guest.waiting_any:
+            self.guest.woken.set()
+
+
+class _Mailbox:
+    """Work the guests' threads hand to one event loop. A ``call_soon_threadsafe`` per call is a
+    write to the loop's self-pipe and a GIL handoff each; posted work waits in one queue that a
+    single scheduled callback drains, so calls arriving together cost one wakeup."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = collections.deque()
+        self.scheduled = False
+
+    def post(self, fn: Callable[..., None], *args: Any) -> None:
+        self.items.append((fn, args))
+        if not self.scheduled:  # a race only schedules a second, harmless drain
+            self.scheduled = True
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self.scheduled = False  # before draining: what is posted from now on schedules again
+        items = self.items
+        while items:
+            fn, args = items.popleft()
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - one guest's failure must not drop the others' calls
+                _log.exception("a wasm guest's host call could not start")
+
+
+_MAILBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = weakref.WeakKeyDictionary()
+_MAILBOX_LOCK = threading.Lock()
+
+
+def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
+    box = _MAILBOXES.get(loop)
+    if box is None:
+        with _MAILBOX_LOCK:
+            box = _MAILBOXES.setdefault(loop, _Mailbox(loop))
+    return box
+
 
 class Guest:
-    """One running instance: its handles, pending calls and output, seen from the host."""
+    """One running instance: its handles and pending calls, seen from the host."""
 
     def __init__(self, inst: HostInstance, loop: asyncio.AbstractEventLoop, runner: Any,
                  cancelled: threading.Event) -> None:
         self.inst, self.loop, self.runner, self.cancelled = inst, loop, runner, cancelled
         self._objs: dict[int, Any] = {}  # rep -> engine object
         self._reps: dict[int, int] = {}  # id(engine object) -> rep
-        self.pending: dict[int, concurrent.futures.Future[Any]] = {}
+        self._held: dict[int, int] = {}  # rep -> handles the guest holds to it
+        self._next_rep = 0
+        self.pending: dict[int, _Call] = {}
         self.next_pending = 0
-        self.partial: dict[str, str] = {"stdout": "", "stderr": ""}
-        self.kinds: dict[int, list[Any]] = {}  # pending forward -> its probes' kinds
+        self.woken = threading.Event()  # set by every settle while the guest waits on several calls
+        self.waiting_any = False
         self.cancels: dict[int, Callable[[], None]] = {}  # call -> what cancels it (touched on the loop only)
-        self.decoders: dict[str, Any] = {}
 
     # -- handles -----------------------------------------------------------------------------
 
@@ -64,7 +131,8 @@ class Guest:
         return obj
 
     def resource(self, resource: str, obj: Any) -> tuple[int, int]:
-        """``(type id, rep)`` of engine object ``obj`` given to the guest as a ``resource``.
+        """``(type id, rep)`` of engine object ``obj`` given to the guest as a ``resource`` (one
+        more handle the guest holds to it, until it drops it: :meth:`drop`).
 
         Raises:
             PieError: The guest holds :data:`MAX_HANDLES` objects already.
@@ -74,9 +142,26 @@ class Guest:
             if len(self._objs) >= MAX_HANDLES:
                 raise PieError(f"an inferlet may hold at most {MAX_HANDLES} engine objects; release the ones it no "
                                "longer needs")
-            rep = self._reps[id(obj)] = len(self._objs) + 1
+            self._next_rep += 1
+            rep = self._reps[id(obj)] = self._next_rep
             self._objs[rep] = obj
+            self._held[rep] = 0
+        self._held[rep] += 1
         return KIND_IDS[resource], rep
+
+    def drop(self, rep: int) -> None:
+        """The guest dropped a handle to ``rep`` (the resource's destructor): the engine object
+        leaves the table with the last one (releasing a context or adapter is the guest's call;
+        the handle table only stops keeping the object alive)."""
+        held = self._held.get(rep)
+        if held is None:
+            return
+        if held > 1:
+            self._held[rep] = held - 1
+            return
+        del self._held[rep]
+        obj = self._objs.pop(rep)
+        del self._reps[id(obj)]
 
     # -- imports -----------------------------------------------------------------------------
 
@@ -100,115 +185,99 @@ class Guest:
             return False, exc
         self.next_pending += 1
         number = self.next_pending
+        kinds: list[Any] = []
         if (module, name) == ("inference", "forward"):  # a probe value's case is its probe's kind
-            self.kinds[number] = [p.kind for p in args[6]]
+            kinds = [p.kind for p in args[6]]
         elif (module, name) == ("inference", "forward_next") and getattr(args[0], "chain", None) is not None:
-            self.kinds[number] = [p.kind for p in args[0].chain.probes]
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self.pending[number] = future
-        self.loop.call_soon_threadsafe(self._begin, number, module, name, fn, args, future)
+            kinds = [p.kind for p in args[0].chain.probes]
+        call = self.pending[number] = _Call(self, kinds)
+        _mailbox(self.loop).post(self._begin, number, module, name, fn, args, call)
         return True, number
 
     def _begin(self, number: int, module: str, name: str, fn: Callable[..., Any], args: list[Any],
-               future: concurrent.futures.Future[Any]) -> None:
-        """On the loop (bound to the instance, whose context the guest's thread carries): start
-        the call; its outcome settles ``future``, which the guest's thread waits on."""
-        if future.cancelled():
+               call: _Call) -> None:
+        """On the loop, bound to the instance: start the call; its outcome settles ``call``."""
+        if call.cancelled:
             return
 
         def done(ok: bool, value: Any) -> None:
             self.cancels.pop(number, None)
-            if not future.done():
-                future.set_result(value) if ok else future.set_exception(value)
+            call.settle(ok, value)
 
-        started = host_api.start(module, name, fn, args, runner=self.runner, done=done)
-        if not future.done():
+        token = bind(self.inst)
+        try:
+            started = host_api.start(module, name, fn, args, runner=self.runner, done=done)
+        finally:
+            unbind(token)
+        if call.ok is None:
             self.cancels[number] = started.cancel
 
-    def finish(self, call: int) -> tuple[Outcome, list[Any]]:
-        """The second half: the value of call ``call`` (waiting for it if it still runs), and
-        its probes' kinds."""
-        fut = self.pending.get(call)
-        if fut is not None and not fut.done():
-            self.wait([call], None)
-        fut = self.pending.pop(call, None)
-        kinds = self.kinds.pop(call, [])
-        try:
-            if fut is None:
-                raise PieError(f"no host call {call} is pending")
-            if not fut.done():
-                raise PieError("the inferlet was cancelled")
-            return (True, fut.result()), kinds
-        except concurrent.futures.CancelledError:
-            return (False, PieError("the host call was cancelled")), kinds
-        except Exception as exc:  # noqa: BLE001
-            return (False, exc), kinds
+    def finish(self, number: int) -> tuple[Outcome, list[Any]]:
+        """The second half: the value of call ``number`` (waiting for it if it still runs), and
+        its probes' kinds (once per pass of a ``forward_next``)."""
+        call = self.pending.get(number)
+        if call is not None and call.ok is None:
+            self.wait([number], None)
+        call = self.pending.pop(number, None)
+        if call is None:
+            return (False, PieError(f"no host call {number} is pending")), []
+        if call.ok is None:
+            return (False, PieError("the inferlet was cancelled")), call.kinds
+        value, kinds = call.value, call.kinds
+        if call.ok and kinds and type(value) is list:  # forward_next: the passes it took
+            kinds = kinds * len(value)
+        return (call.ok, value), kinds
 
-    def wait(self, calls: list[int], timeout_ms: int | None) -> list[int]:
-        """The indices of ``calls`` that finished, waiting until one did, ``timeout_ms`` passed
-        or the instance was cancelled."""
-        futs = [self.pending.get(c) for c in calls]
-        live = [f for f in futs if f is not None]
-        if live and not any(f.done() for f in live):
+    def wait(self, numbers: list[int], timeout_ms: int | None) -> list[int]:
+        """The indices of ``numbers`` that finished, waiting until one did, ``timeout_ms``
+        passed or the instance was cancelled."""
+        calls = [self.pending.get(n) for n in numbers]
+        live = [c for c in calls if c is not None]
+        if live and all(c.ok is None for c in live):
             end = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-            while not self.cancelled.is_set():
-                left = _CANCEL_POLL_S if end is None else min(_CANCEL_POLL_S, end - time.monotonic())
-                if left <= 0:
-                    break
-                done, _ = concurrent.futures.wait(live, left, return_when=concurrent.futures.FIRST_COMPLETED)
-                if done:
-                    break
+            one = live[0] if len(live) == 1 else None
+            if one is None:
+                self.woken.clear()
+                self.waiting_any = True  # every settle sets ``woken`` from now on
+            try:
+                while not self.cancelled.is_set() and all(c.ok is None for c in live):
+                    left = _CANCEL_POLL_S if end is None else min(_CANCEL_POLL_S, end - time.monotonic())
+                    if left <= 0:
+                        break
+                    if one is not None:
+                        if one.ready.acquire(timeout=left):
+                            one.ready.release()
+                    else:
+                        self.woken.wait(left)
+                        self.woken.clear()
+            finally:
+                self.waiting_any = False
         if self.cancelled.is_set():
             self.cancel_all()
-        return [i for i, f in enumerate(futs) if f is None or f.done() or self.cancelled.is_set()]
+        return [i for i, c in enumerate(calls) if c is None or c.ok is not None or self.cancelled.is_set()]
 
     def check_running(self) -> None:
         """Raise once the instance was cancelled: the guest gets errors, never new work."""
         if self.cancelled.is_set():
             raise PieError("the inferlet was cancelled")
 
-    def cancel(self, call: int) -> None:
-        self.kinds.pop(call, None)
-        fut = self.pending.pop(call, None)
-        if fut is not None:
-            fut.cancel()
-            self.loop.call_soon_threadsafe(self._cancel, call)
+    def cancel(self, number: int) -> None:
+        call = self.pending.pop(number, None)
+        if call is not None:
+            call.cancelled = True
+            self.loop.call_soon_threadsafe(self._cancel, number)
 
-    def _cancel(self, call: int) -> None:
-        cancel = self.cancels.pop(call, None)
+    def _cancel(self, number: int) -> None:
+        cancel = self.cancels.pop(number, None)
         if cancel is not None:
             cancel()
 
     def cancel_all(self) -> None:
-        for call, fut in list(self.pending.items()):
-            fut.cancel()
+        for number, call in list(self.pending.items()):
+            call.cancelled = True
             if not self.loop.is_closed():
-                self.loop.call_soon_threadsafe(self._cancel, call)
+                self.loop.call_soon_threadsafe(self._cancel, number)
         self.pending.clear()
 
     async def _invoke(self, module: str, name: str, fn: Callable[..., Any], args: list[Any]) -> Any:
         return await host_api.invoke(module, name, fn, args, runner=self.runner)
-
-    # -- output ------------------------------------------------------------------------------
-
-    def output(self, stream: str) -> Callable[[bytes], None]:
-        decoder = self.decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
-
-        def write(data: bytes) -> None:
-            text = self.partial[stream] + decoder.decode(bytes(data))
-            cut = text.rfind("\n") + 1 if stream == "stdout" else len(text)
-            self.partial[stream] = text[cut:]
-            if cut:
-                self._emit(stream, text[:cut])
-        return write
-
-    def flush(self) -> None:
-        for stream, text in self.partial.items():
-            if text:
-                self._emit(stream, text)
-        self.partial = {"stdout": "", "stderr": ""}
-
-    def _emit(self, stream: str, text: str) -> None:
-        from pie_core.engine.events import Event
-
-        self.loop.call_soon_threadsafe(self.inst.emit, Event(stream, text))

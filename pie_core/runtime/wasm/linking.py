@@ -77,6 +77,13 @@ def _trampoline(env, context, ty, args, nargs, results, nresults):  # type: igno
     return catch_exceptions(context, run)
 
 
+def _drop(store: Any, rep: int) -> None:
+    """A resource's destructor: the guest dropped a handle to ``rep``."""
+    guest = _GUESTS.get(_address(store._context()))
+    if guest is not None:
+        guest.drop(rep)
+
+
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _finalize(env):  # type: ignore[no-untyped-def]
     return None  # imports live as long as the process: the host and its linker are never freed
@@ -97,7 +104,7 @@ def link(engine: wasmtime.Engine, types: dict[tuple[str, str], wc.FuncType]) -> 
     with linker.root() as root:
         with root.add_instance(f"{PACKAGE}/types@0.1.0") as types_:
             for res, rid in KIND_IDS.items():
-                types_.add_resource(res, wc.ResourceType.host(rid), lambda store, rep: None)
+                types_.add_resource(res, wc.ResourceType.host(rid), _drop)
         with root.add_instance(f"{PACKAGE}/poll@0.1.0") as poll:
             _add(poll, "wait", _poll_wait(types["poll", "wait"]))
             _add(poll, "cancel", _Import([_lift(types["poll", "cancel"], 0, ("v",))],
