@@ -31,6 +31,11 @@ class GuestLoop(asyncio.BaseEventLoop):
         fut.add_done_callback(lambda f: self._forget(call) if f.cancelled() else None)
         return fut
 
+    def quiet(self) -> bool:
+        """Whether nothing but the running task can do anything until a host call it starts
+        ends: no other callback is ready, no timer is set, no other call is pending."""
+        return not self._ready and not self._scheduled and not self._calls
+
     def _forget(self, call: int) -> None:
         if self._calls.pop(call, None) is not None:
             _poll.cancel(call)
