@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +22,7 @@ from inferlet.host import transport as _transport
 from inferlet.host.errors import InvalidInput
 
 __all__ = ["install", "load_main", "as_coroutine_function", "check_return", "encode_return", "describe", "WHERE",
-           "MAIN_EXITS", "exit_outcome"]
+           "MAIN_EXITS", "exit_outcome", "ClientStream", "CHUNK"]
 
 WHERE = _blocking.WHERE
 """The end of every error a synchronous form raises where the runner cannot block."""
@@ -85,3 +86,52 @@ def as_coroutine_function(main: Callable[[Any], Any]) -> Callable[[Any], Awaitab
 def describe(exc: BaseException) -> str:
     """How an error that ended ``main`` reads in the Error event: ``Class: message``."""
     return f"{type(exc).__name__}: {exc}"
+
+
+CHUNK = 64 * 1024
+"""Characters one Stdout or Stderr event carries at most (in every runner)."""
+
+
+class ClientStream(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of a sandboxed inferlet: its text becomes the client's
+    events, ``send(text)`` sending one.
+
+    Stdout is line-buffered: an event per complete line, a partial line on ``flush()`` (and when
+    ``main`` ends: the runner flushes); stderr sends each write. An event carries at most
+    :data:`CHUNK` characters, and a line that grows past it goes out in pieces of that size, so
+    the buffer stays under it. (In-process, ``pie_core.runtime.stdio`` routes the engine's own
+    streams by the same rules.)
+    """
+
+    def __init__(self, send: Callable[[str], None], stream: str) -> None:
+        super().__init__()
+        self._send_one, self._stream, self._buf = send, stream, ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._stream == "stderr":
+            self._send(text)
+            return len(text)
+        self._buf += text
+        cut = self._buf.rfind("\n") + 1
+        if cut or len(self._buf) >= CHUNK:
+            cut = cut or len(self._buf)
+            line, self._buf = self._buf[:cut], self._buf[cut:]
+            self._send(line)
+        return len(text)
+
+    def flush(self) -> None:
+        line, self._buf = self._buf, ""
+        self._send(line)
+
+    def _send(self, text: str) -> None:
+        for i in range(0, len(text), CHUNK):
+            self._send_one(text[i:i + CHUNK])

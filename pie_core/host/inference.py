@@ -38,42 +38,9 @@ async def forward(
     ahead: int = 0,
     stop: Sequence[int] = (),
 ) -> RequestOutput:
-    """Append ``tokens`` to the context's KV cache and read samples/probes at their rows.
-
-    With ``drafts = k > 0`` the last ``k`` tokens are speculative drafts, verified in this
-    pass: every row from the last non-draft token ``n - k - 1`` to ``n - 1`` must be sampled
-    (its first sample row, one draw). Draft ``i`` is kept when it equals the token sampled at
-    the row before it and every earlier draft was kept; the rest are dropped from the KV
-    cache before this call returns (their pages were never committed or shared), and
-    ``drafts_kept`` in the result says how many were kept.
-
-    Args:
-        ctx: The context; one pass runs on it at a time (later calls wait).
-        tokens: Input token ids, ``0 <= id < vocab_size``.
-        positions: RoPE positions, one per token, ``>= 0`` and distinct; None = continue from
-            ``seq_len``.
-        attention_masks: One BRLE row per input token over the KV length after this pass
-            (true = attend); None = causal.
-        logit_mask: BRLE over the vocabulary applied at every sampled row (true = allowed).
-        samples: Sampled rows (``index`` into ``tokens``); a row's own ``logit_mask`` is the
-            vocabulary packed 8 tokens per byte, little bit order (``bytes``).
-        probes: Probed rows.
-        drafts: How many trailing tokens are drafts to verify.
-        adapter: An adapter handle of the same model to run the pass with; None = base weights.
-        zo_seed: Nonzero: run the adapter's mean plus sigma times this seed's noise (the adapter
-            must be set up with ``zo.initialize``); 0 = its mean.
-
-    Returns:
-        Tokens per sample and values per probe, in the given order, as plain Python values
-        (see :class:`~pie_core.values.RequestOutput`).
-
-    Raises:
-        InvalidInput: Any argument out of range; the message names it. Nothing is written.
-        OutOfPages: The context alone needs more pages than the pool holds, or its user's page
-            quota is reached. Nothing is written. (Under contention the pass waits instead:
-            the KV-page market suspends and restores contexts, see ``pie_core.scheduler.market``.)
-        Unsupported: The backend did not declare a feature the pass needs.
-    """
+    """Run one pass of ``ctx``: ``inferlet.host.inference.forward`` documents the arguments, the
+    result and the errors. Validated here (ids, positions, masks, samples, probes, limits),
+    batched by the model's batcher, and with ``ahead`` the start of a :class:`Chain`."""
     ctx.check_live()
     model = ctx.model
     caps = model.caps

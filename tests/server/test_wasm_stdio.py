@@ -15,7 +15,6 @@ from wasm_helpers import run_wasm
 
 from pie_core.engine.engine import Engine
 from pie_core.runtime.manifest import load_manifest
-from pie_core.runtime.process.worker import _ToClient
 
 GUEST_STDIO = Path(__file__).resolve().parents[2] / "pie_core/runtime/wasm/guest/pie_guest/stdio.py"
 CHUNK = 65536
@@ -123,14 +122,6 @@ def _guest_stdio() -> Any:
     return module
 
 
-class _Link:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def send(self, msg: list[Any]) -> None:
-        self.sent.append((msg[1], msg[2]))
-
-
 _WRITES = st.lists(st.one_of(st.none(), st.text(alphabet="ab\n\u00e9", max_size=9000),
                              st.builds(lambda n, c: c * n, st.integers(60000, 140000), st.sampled_from("c\n"))),
                    max_size=12)
@@ -138,17 +129,18 @@ _WRITES = st.lists(st.one_of(st.none(), st.text(alphabet="ab\n\u00e9", max_size=
 
 @settings(max_examples=60, deadline=None)
 @given(writes=_WRITES, stream=st.sampled_from(["stdout", "stderr"]))
-def test_the_guest_streams_send_what_a_worker_process_sends(writes: list[str | None], stream: str) -> None:
-    sent: list[tuple[str, str]] = []
-    guest = _guest_stdio().ClientStream(lambda text: sent.append((stream, text)), stream)
-    link = _Link()
-    worker = _ToClient(link, stream)  # type: ignore[arg-type]
+def test_the_streams_send_every_character_once_in_order_in_bounded_events(writes: list[str | None],
+                                                                           stream: str) -> None:
+    # One class serves the worker and the guest (inferlet.host.entry.ClientStream).
+    sent: list[str] = []
+    out = _guest_stdio().ClientStream(sent.append, stream)
     for text in writes:  # None: a flush
-        for out in (guest, worker):
-            out.flush() if text is None else out.write(text)
-    guest.flush()
-    worker.flush()
-    assert sent == link.sent
+        out.flush() if text is None else out.write(text)
+        if stream == "stdout":
+            assert "\n" not in out._buf and len(out._buf) < CHUNK  # a whole line never waits
+    out.flush()
+    assert "".join(sent) == "".join(t for t in writes if t is not None)
+    assert all(0 < len(event) <= CHUNK for event in sent if event) and all(event for event in sent[:-1] if stream == "stderr")
 
 
 def test_a_line_that_never_ends_is_held_in_at_most_64_kib() -> None:

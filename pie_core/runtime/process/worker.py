@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 import itertools
 import os
 import select
@@ -39,7 +38,6 @@ from pie_core.runtime.process.wire import HEADER, Codec, ProtocolError, check_fr
 
 __all__ = ["main", "preload", "HOST_MODULES", "WireTransport"]
 
-_CHUNK = 64 * 1024  # a Stdout/Stderr event carries at most this many characters
 
 
 class _Remote:
@@ -270,46 +268,6 @@ class WireTransport:
         self._link.send(["tell", key[0], key[1], args])  # one-way: no reply to wait for
 
 
-class _ToClient(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of a worker: text goes to the client as events.
-
-    Stdout is line-buffered (an event per complete line; ``flush`` sends a partial one);
-    stderr sends each write at once. Events carry at most 64 KiB of text each.
-    """
-
-    def __init__(self, link: _Link, stream: str) -> None:
-        self._link, self._stream, self._buf = link, stream, ""
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return "utf-8"
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if self._stream == "stderr":
-            self._send(text)
-            return len(text)
-        self._buf += text
-        cut = self._buf.rfind("\n") + 1
-        if cut or len(self._buf) >= _CHUNK:
-            cut = cut or len(self._buf)
-            line, self._buf = self._buf[:cut], self._buf[cut:]
-            self._send(line)
-        return len(text)
-
-    def flush(self) -> None:
-        line, self._buf = self._buf, ""
-        self._send(line)
-
-    def _send(self, text: str) -> None:
-        for i in range(0, len(text), _CHUNK):
-            self._link.send(["print", self._stream, text[i:i + _CHUNK]])
-
-
 def preload() -> None:
     """Import what every worker needs (the SDK, the host modules, the runner) so that the
     limits and the confinement apply to the inferlet alone; the zygote runs this once."""
@@ -330,7 +288,8 @@ async def _run(link: _Link) -> None:
     entry.install(WireTransport(link))
     os.set_blocking(link.fd, False)
     asyncio.get_running_loop().add_reader(link.fd, link.pump)
-    sys.stdout, sys.stderr = _ToClient(link, "stdout"), _ToClient(link, "stderr")
+    sys.stdout, sys.stderr = (entry.ClientStream(lambda text, kind=kind: link.send(["print", kind, text]), kind)
+                              for kind in ("stdout", "stderr"))
     try:
         confined = sandbox.enter(manifest.root, first["scratch"], WorkerLimits(**first["limits"]))
         main = entry.as_coroutine_function(load_entry(manifest, synchronous=True, own_process=True))
