@@ -38,6 +38,10 @@ def _serve(pie, model, port: int):
     return pie("serve", "--dummy", "--no-auth", "--isolation", "inprocess", "--model", str(model), "--port", str(port))
 
 
+def _backend_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("pie-backend")}
+
+
 def _in_use(port: int) -> str:
     return f"error: port {port} on 127.0.0.1 is in use (another pie serve?): pick another with --port"
 
@@ -51,11 +55,12 @@ def test_a_busy_port_is_one_line_and_status_1_before_the_model_loads(pie, tiny_m
 
 def test_a_port_taken_after_the_check_is_the_same_line_from_the_bind(pie, tiny_model, busy_port, monkeypatch):
     monkeypatch.setattr(serve_cli, "_refuse_busy_port", lambda host, port: None)
+    before = _backend_threads()  # engines of earlier tests in this process may still run theirs
     r = _serve(pie, tiny_model, busy_port)
     assert r.code == 1 and "Traceback" not in r.err
     lines = r.err.strip().splitlines()
     assert lines[-1].startswith(_in_use(busy_port)) and sum("error:" in line for line in lines) == 1, r.err
-    assert not [t for t in threading.enumerate() if t.name.startswith("pie-backend")]  # the engine was closed
+    assert not _backend_threads() - before  # the engine was closed
 
 
 def test_a_free_port_is_not_refused(pie, tiny_model):
