@@ -16,6 +16,7 @@ None = unlimited) bounds them.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -52,6 +53,7 @@ class AdapterRecord:
     destroyed: bool = False
     last: Any = None  # the future of the last backend operation
     failure: BaseException | None = None  # the first failed operation not yet reported
+    _failing: threading.Lock = field(default_factory=threading.Lock, repr=False)  # failure is set on backend threads
 
     @property
     def scaling(self) -> float:
@@ -67,15 +69,28 @@ class AdapterRecord:
 
     def backend(self, op: Callable[[Any], Any]) -> Any:
         """Run ``op(hook)`` on the backend thread in order (see the module doc); a failure is
-        kept in ``failure`` until :meth:`settled` reports it. Returns the operation's future."""
+        kept in ``failure`` until :meth:`settled` reports it. Returns the operation's future
+        (done when it ran; it never holds ``op``'s failure, so nothing reports that twice)."""
         hook = self.model.pm.hook
-        self.last = self.model.batcher.enqueue_op(lambda: op(hook))
+
+        def run() -> None:
+            try:
+                op(hook)
+            except Exception as exc:  # noqa: BLE001 - kept for settled(), on whichever thread
+                self._fail(exc)
+
+        self.last = self.model.batcher.enqueue_op(run)
         self.last.add_done_callback(self._done)
         return self.last
 
-    def _done(self, future: Any) -> None:
-        if not future.cancelled() and future.exception() is not None and self.failure is None:
-            self.failure = future.exception()
+    def _done(self, future: Any) -> None:  # an operation the batcher failed without running it
+        if not future.cancelled() and future.exception() is not None:
+            self._fail(future.exception())
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._failing:
+            if self.failure is None:
+                self.failure = exc
 
     async def settled(self) -> None:
         """Wait until every operation enqueued so far ran.
@@ -85,8 +100,9 @@ class AdapterRecord:
             BackendError: Another of them failed (reported once).
         """
         if self.last is not None and not self.last.done():
-            await asyncio.shield(self.last)
-        failure, self.failure = self.failure, None
+            await asyncio.wait([self.last])  # neither raises its failure (it is reported below, once) nor cancels it
+        with self._failing:
+            failure, self.failure = self.failure, None
         if isinstance(failure, InvalidInput):
             raise InvalidInput(f"adapter {self.name!r}: {failure}") from None
         if failure is not None:
