@@ -98,6 +98,19 @@ def test_a_load_asked_before_the_save_of_its_folder_ran_loads_what_the_save_writ
     assert base.keys() == copied.keys() and all(np.array_equal(base[k], copied[k]) for k in base)
 
 
+def test_a_save_writes_the_shape_its_adapter_had_when_it_was_asked(security_engine, tmp_path):
+    write_random_peft(tmp_path / "mallory" / "base", security_engine, rank=4, seed=3)
+
+    async def main(_: dict) -> list[str]:
+        model = Model.load(runtime.models()[0])
+        a, b = Adapter.create(model, "a"), Adapter.create(model, "b")  # rank 8
+        a.save("before")  # runs after the load below changed the adapter's shape to rank 4
+        return [await _outcome(a.load("base")), await _outcome(lambda: b.load("before"))]
+
+    assert _run_as(security_engine, "mallory", tmp_path, main) == ["ok", "ok"]
+    assert '"r": 8' in (tmp_path / "mallory" / "before" / "adapter_config.json").read_text()
+
+
 def test_a_user_whose_name_prefixes_another_users_reaches_nothing_of_theirs(security_engine, tmp_path, opening):
     write_random_peft(tmp_path / "alice" / "secret", security_engine, rank=4, seed=1)
     before = _files(tmp_path / "alice")
@@ -134,9 +147,12 @@ def test_opening_beneath_a_root_refuses_links_files_and_dotdot_at_every_step(tmp
     os.symlink("../../other/secret", tmp_path / "root" / "a" / "secret")
     os.link(tmp_path / "other" / "secret", tmp_path / "root" / "a" / "hard")
     os.mkfifo(tmp_path / "root" / "a" / "fifo")
+    os.symlink("a", tmp_path / "root" / "alias")  # a link that stays inside the root is refused too
+    os.symlink("file", tmp_path / "root" / "a" / "alias")
     root = safepath.open_root(tmp_path / "root")
     try:
-        for parts in (("a", "up"), ("abs",), ("a", "up", "x"), ("a", "file"), ("a", ".."), ("a", "missing")):
+        for parts in (("a", "up"), ("abs",), ("a", "up", "x"), ("a", "file"), ("a", ".."), ("a", "missing"),
+                      ("alias",), ("alias", "b")):
             with pytest.raises(OSError):
                 os.close(safepath.open_dir(root, parts))
         for parts in (("a", "up", "new"), ("abs", "new"), ("a", "file", "new")):
@@ -145,7 +161,7 @@ def test_opening_beneath_a_root_refuses_links_files_and_dotdot_at_every_step(tmp
         folder = safepath.open_dir(root, ("a",))
         try:
             assert safepath.read_file(folder, "file", 100) == b"mine"
-            for name in ("secret", "hard", "fifo", "b", "missing"):
+            for name in ("secret", "alias", "hard", "fifo", "b", "missing"):
                 with pytest.raises(OSError):
                     safepath.read_file(folder, name, 100)
             with pytest.raises(OSError) as big:
