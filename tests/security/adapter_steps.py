@@ -11,15 +11,22 @@ from typing import Any
 import pytest
 from hostile import Served, write_program
 
+from pie_core.backend_kit.dummy import DummyTiming
 from pie_core.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # wasm_helpers: one wasm launcher per session
 
-# Runs ``input["steps"]`` in mallory's scratch folder, in order; each save/load/await step adds
-# "ok" or "<error class>: <message>" to the result.
+# Runs ``input["steps"]`` in its user's scratch folder, in order; each save/load/await step adds
+# "ok" or "<error class>: <message>" to the result. "busy" starts eight decode steps in the
+# background (with a slow backend, operations asked meanwhile wait behind them).
 STEPS = r'''
-import json, os, shutil
-from inferlet import Adapter, Model, runtime
+import asyncio, json, os, shutil
+from inferlet import Adapter, Context, Model, Sampler, runtime
+
+async def decode(model):
+    with Context(model) as ctx:
+        ctx.user("busy")
+        await ctx.generate(Sampler.argmax(), max_tokens=8, stop=[]).collect_tokens()
 
 async def outcome(awaitable):
     try:
@@ -32,9 +39,12 @@ async def main(input):
     model = Model.load(runtime.models()[0])
     here = runtime.scratch_dir()
     at = lambda p: os.path.join(here, p)
-    adapters, pending, out = {}, {}, []
+    adapters, pending, out, busy = {}, {}, [], []
     for step in json.loads(input["steps"]):
         do = step["do"]
+        if do == "busy":
+            busy.append(asyncio.ensure_future(decode(model)))
+            await asyncio.sleep(0.02)  # its first pass is on the backend
         if do in ("save", "load"):
             name = step.get("adapter", "a")
             if name not in adapters:
@@ -64,6 +74,8 @@ async def main(input):
                 os.unlink(p)
             elif os.path.isdir(p):
                 shutil.rmtree(p)
+    for task in busy:
+        await task
     return out
 '''
 
@@ -78,6 +90,14 @@ def isolation(request: pytest.FixtureRequest) -> Any:
 
         return shared_launcher()
     return "process"
+
+
+@pytest.fixture
+def slow_backend(security_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dummy backend takes 50 ms a pass for the test, so a "busy" step keeps it busy."""
+    model = next(iter(security_engine.models.values()))
+    backend = next(p for p in model.pm.get_plugins() if isinstance(getattr(p, "timing", None), DummyTiming))
+    monkeypatch.setattr(backend, "timing", DummyTiming(step_ms=50))
 
 
 async def run_steps(s: Served, user: str, folder: Path, steps: list[dict[str, Any]]) -> list[str]:

@@ -4,19 +4,21 @@ or not (issue 36, item 7): ``a.save(p); b.load(p)`` loads what ``a`` saved."""
 from __future__ import annotations
 
 import numpy as np
-from adapter_steps import isolation, run_steps  # noqa: F401 - isolation is a fixture
+from adapter_steps import isolation, run_steps, slow_backend  # noqa: F401 - fixtures
 from hostile import Served
 from peft_folders import write_random_peft
 from safetensors.numpy import load_file
 
 
-def test_a_load_issued_after_an_unawaited_save_of_the_folder_loads_what_the_save_writes(hostile, isolation, tmp_path):
+def test_a_load_issued_after_an_unawaited_save_of_the_folder_loads_what_the_save_writes(hostile, isolation, tmp_path,
+                                                                                       slow_backend):
     async def scenario(s: Served) -> None:
         scratch = s.data_dir / "scratch" / "mallory"
         write_random_peft(scratch / "base", s.server.engine, rank=4, seed=7)
         out = await run_steps(s, "mallory", tmp_path / "m", [
             {"do": "save", "path": "order/x", "adapter": "stale"},  # rank 8 zeros: what a load read too early finds
             {"do": "load", "path": "base", "adapter": "a"},
+            {"do": "busy"},  # the save below waits behind a pass: the load comes while it is pending
             {"do": "save", "path": "order/x", "adapter": "a", "await": False},
             {"do": "load", "path": "order/x", "adapter": "b", "await": False},
             {"do": "save", "path": "order/y", "adapter": "b", "await": False},
