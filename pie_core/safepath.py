@@ -28,6 +28,7 @@ import errno
 import os
 import secrets
 import stat
+import sys
 from typing import Any, Iterable
 
 from pie_core.errors import InvalidInput
@@ -187,27 +188,26 @@ def write_file(folder: int, name: str, data: bytes | bytearray | memoryview, mod
 def _openat2_available() -> bool:
     global _openat2_usable
     if _openat2_usable is None:
+        root = os.open("/", _DIR)
         try:
-            os.close(_openat2(os.open("/", _DIR), ".", _DIR, close_dir=True))
+            os.close(_openat2(root, ".", _DIR))
             _openat2_usable = True
-        except (OSError, AttributeError):  # ENOSYS (old kernel), EPERM (a seccomp filter), not Linux
+        except OSError:  # ENOSYS (a kernel before 5.6), EPERM (a seccomp filter that forbids it)
             _openat2_usable = False
+        finally:
+            os.close(root)
     return _openat2_usable
 
 
-def _openat2(root: int, path: str, flags: int, *, close_dir: bool = False) -> int:
+def _openat2(root: int, path: str, flags: int) -> int:
     """``openat2(root, path, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)``."""
-    try:
-        how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
-        fd = _syscall(_SYS_OPENAT2, ctypes.c_int(root), ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
-                      ctypes.c_size_t(ctypes.sizeof(how)))
-        if fd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), path)
-        return int(fd)
-    finally:
-        if close_dir:
-            os.close(root)
+    how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    fd = _syscall(_SYS_OPENAT2, ctypes.c_int(root), ctypes.c_char_p(os.fsencode(path)), ctypes.byref(how),
+                  ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    return int(fd)
 
 
 def _load_syscall() -> Any:
@@ -217,7 +217,10 @@ def _load_syscall() -> Any:
     return fn
 
 
-try:
-    _syscall = _load_syscall()
-except (OSError, AttributeError):  # no libc syscall(): the walk is used
+if sys.platform.startswith("linux"):  # the syscall number means something else elsewhere
+    try:
+        _syscall = _load_syscall()
+    except (OSError, AttributeError):  # no libc syscall(): the walk is used
+        _openat2_usable = False
+else:
     _openat2_usable = False
