@@ -5,7 +5,8 @@ released when the ``Adapter`` is garbage-collected, when a ``with`` block around
 when the inferlet ends; there is no ``destroy()``. ``save`` / ``load`` use a folder in the
 Hugging Face PEFT layout (``adapter_config.json`` + ``adapter_model.safetensors``), so adapters
 trained with PEFT for the same base model load here and the other way round. Under
-``pie serve`` paths are relative to the user's scratch directory.
+``pie serve`` paths are relative to the user's scratch directory and are never followed
+through a link. Saves and loads of one folder apply in the order they were asked.
 
 Apply one with ``ctx.generate(..., adapter=a)``, ``g.adapter(a)`` or ``fwd.adapter(a)``.
 """
@@ -24,7 +25,8 @@ __all__ = ["Adapter", "Scheduled"]
 class Scheduled:
     """The backend work of ``save``, ``load`` or a ``zo`` call: it runs before the inferlet's
     next forward pass whether or not this is awaited; ``await`` it to wait until it ran (and
-    to see a failure, raised as ``BackendError``)."""
+    to see a failure: ``InvalidInput`` for a folder found unusable, ``BackendError`` for the
+    rest)."""
 
     def __init__(self, handle: _types.Adapter) -> None:
         self._handle = handle
@@ -72,13 +74,17 @@ class Adapter:
         return Adapter(self._model, _host.fork(self._handle, new_name))
 
     def save(self, path: str) -> Scheduled:
-        """Write the weights to the PEFT folder ``path`` (created if missing)."""
+        """Write the weights to the PEFT folder ``path`` (created if missing). A folder found
+        unusable when the write runs (a link or a file on the way) raises ``InvalidInput`` at
+        the ``await``."""
         _host.save(self._handle, path)
         return Scheduled(self._handle)
 
     def load(self, path: str) -> Scheduled:
         """Replace the weights (rank, alpha and targets too) with the PEFT folder ``path``.
-        The folder is read and checked at once; a bad one raises ``InvalidInput`` here."""
+        The folder is read and checked at once; a bad one raises ``InvalidInput`` here. A
+        save or load of the same folder still pending (``a.save(p); b.load(p)``) is waited for:
+        the folder is read right after it, and a bad one raises at the ``await``."""
         _host.load(self._handle, path)
         return Scheduled(self._handle)
 

@@ -198,8 +198,17 @@ class Forward:
         sampled at the row before it, and drops the rest; ``out.raw.drafts_kept`` says how
         many it kept, and the tokens sampled at rows ``n - 1 .. n - 1 + drafts_kept`` are the
         pass's output (the first is the prediction after the inputs, the last follows the
-        last kept draft). Drafts cannot be combined with attention masks.
+        last kept draft). Drafts cannot be combined with attention masks. A pass verifies at
+        most ``inferlet.host.inference.DRAFTS_PER_PASS`` (64) drafts, fewer where the backend
+        samples fewer rows per chunk.
+
+        Raises:
+            InvalidInput: The pass would hold more than ``DRAFTS_PER_PASS`` drafts.
         """
+        tokens = list(tokens)
+        if self._drafts + len(tokens) > _host.DRAFTS_PER_PASS:
+            raise InvalidInput(f"a pass verifies at most {_host.DRAFTS_PER_PASS} drafts (DRAFTS_PER_PASS), got "
+                               f"{self._drafts + len(tokens)}: draft fewer tokens per step")
         self._tokens.extend(int(t) for t in tokens)
         base = self._positions[-1] + 1 if self._positions else self._start
         self._positions.extend(range(base, base + len(tokens)))

@@ -51,12 +51,17 @@ def is_released(a: Adapter) -> bool:
 @host
 def load(adapter: Adapter, path: str) -> None:
     """Replace the adapter's weights with the PEFT folder ``path`` (its rank, alpha and targets
-    too). The folder is read and checked now; the weights reach the backend before the next pass.
+    too). The folder is read and checked now, unless a save or load of the same folder is still
+    pending: then it is read right after that one (``a.save(p); b.load(p)`` loads what ``a``
+    saved). The weights reach the backend before the next pass.
 
     Raises:
-        InvalidInput: The path leaves the scratch directory (under ``pie serve``), the folder is
-            not a PEFT LoRA adapter for this model, its rank is beyond the backend's, or the
-            user's adapter quota would be passed. The adapter is unchanged.
+        InvalidInput: The path is absolute or holds ``..`` (under ``pie serve``, where it is
+            opened beneath the scratch directory and never through a link), the folder is not
+            a PEFT LoRA adapter for this model (one message whatever is there), its rank is
+            beyond the backend's, or the user's adapter quota would be passed. The adapter is
+            unchanged. A read that waited for a pending save reports its failure in
+            :func:`settled`.
     """
 
 
@@ -82,10 +87,13 @@ def release_soon(adapter: Adapter) -> None:
 
 @host
 def save(adapter: Adapter, path: str) -> None:
-    """Write the adapter's mean weights to the PEFT folder ``path`` (created if missing).
+    """Write the adapter's mean weights to the PEFT folder ``path`` (created if missing), after
+    every operation asked of the adapter and of that folder before.
 
     Raises:
-        InvalidInput: ``path`` leaves the user's scratch directory (under ``pie serve``).
+        InvalidInput: ``path`` is absolute or holds ``..`` (under ``pie serve``). A folder found
+            unusable when the write runs (a link or a file on the way) is reported by
+            :func:`settled`.
     """
 
 
@@ -94,5 +102,6 @@ async def settled(adapter: Adapter) -> None:
     """Wait until the backend ran every operation asked of this adapter so far.
 
     Raises:
-        BackendError: One failed (each failure is reported once).
+        InvalidInput: A save or a waiting load found its folder unusable (reported once).
+        BackendError: Another one failed (each failure is reported once).
     """

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Annotated, Sequence
 
 from inferlet.host._declare import host
-from inferlet.host.types import S64, Adapter, Context, ProbeSpec, RequestOutput, SampleSpec
+from inferlet.host.types import S64, Adapter, Context, IntRange, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["forward", "forward_next"]
+__all__ = ["forward", "forward_next", "DRAFTS_PER_PASS"]
+
+DRAFTS_PER_PASS = 64
+"""Drafts one pass may verify. Each draft row is sampled over the whole vocabulary, so drafts are
+what a pass costs beyond its tokens (10,000 of them once held 13 GB and 30 s of a server); 64 is
+four times what the SDK's generator verifies per step. The engine also holds it below the
+backend's sampled rows and tokens per chunk."""
 
 
 @host
@@ -19,7 +25,7 @@ async def forward(
     logit_mask: Sequence[int] | None = None,
     samples: Sequence[SampleSpec] = (),
     probes: Sequence[ProbeSpec] = (),
-    drafts: int = 0,
+    drafts: Annotated[int, IntRange("u32", 0, DRAFTS_PER_PASS + 1)] = 0,
     adapter: Adapter | None = None,
     zo_seed: S64 = 0,
     ahead: int = 0,
@@ -45,7 +51,8 @@ async def forward(
         samples: Sampled rows (``index`` into ``tokens``); a row's own ``logit_mask`` is the
             vocabulary packed 8 tokens per byte, little bit order (``bytes``).
         probes: Probed rows.
-        drafts: How many trailing tokens are drafts to verify.
+        drafts: How many trailing tokens are drafts to verify: at most :data:`DRAFTS_PER_PASS`,
+            and fewer where the backend samples fewer rows per chunk.
         adapter: An adapter handle of the same model to run the pass with; None = base weights.
         zo_seed: Nonzero: run the adapter's mean plus sigma times this seed's noise (the adapter
             must be set up with ``zo.initialize``); 0 = its mean.
@@ -64,7 +71,8 @@ async def forward(
         (see :class:`~inferlet.host.types.RequestOutput`).
 
     Raises:
-        InvalidInput: Any argument out of range; the message names it. Nothing is written.
+        InvalidInput: Any argument out of range (drafts included: checked before any work);
+            the message names it. Nothing is written.
         OutOfPages: The context alone needs more pages than the pool holds, or its user's page
             quota is reached. Nothing is written. (Under contention the pass waits instead:
             the KV-page market suspends and restores contexts, see :mod:`inferlet.scheduling`.)

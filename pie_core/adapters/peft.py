@@ -13,16 +13,16 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import safetensors
 
 from pie_core.errors import InvalidInput
+from pie_core.safepath import read_file, write_file
 from pie_core.backend_kit.lora import TARGETS, tensor_name
 from pie_core.models.hf_reader import LAYER_NAMES
 
-__all__ = ["PeftAdapter", "read", "write", "CONFIG", "WEIGHTS", "MAX_FILE_BYTES"]
+__all__ = ["PeftAdapter", "read", "write", "unusable", "CONFIG", "WEIGHTS", "MAX_FILE_BYTES"]
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -60,38 +60,51 @@ class PeftAdapter:
         return self.alpha / (math.sqrt(self.rank) if self.rslora else self.rank)
 
 
-def read(folder: Path) -> PeftAdapter:
-    """Read a PEFT LoRA folder.
+def read(folder: int, shown: str, *, links: bool = False, max_weights: int = MAX_FILE_BYTES) -> PeftAdapter:
+    """Read the PEFT LoRA folder open as descriptor ``folder`` (``shown`` names it in errors).
+
+    Args:
+        links: Follow links to the two files (``pie run``'s local folders, such as a Hugging
+            Face cache snapshot); never for a user's folder (:mod:`pie_core.safepath`).
+        max_weights: Largest weights file read.
 
     Raises:
-        InvalidInput: A file is missing, too large or malformed, or the adapter uses a PEFT
-            feature Pie does not run; the message names it.
+        InvalidInput: :func:`unusable` when a file is missing, a link, not a regular file, too
+            large, or not JSON / safetensors (one message: it never tells what exists); a
+            message naming the feature when the adapter uses one Pie does not run.
     """
-    config = _read_config(folder / CONFIG)
-    weights = folder / WEIGHTS
-    if not weights.is_file():
-        raise InvalidInput(f"{folder} has no {WEIGHTS}")
-    if weights.stat().st_size > MAX_FILE_BYTES:
-        raise InvalidInput(f"{weights} is larger than {MAX_FILE_BYTES} bytes")
     try:
-        entries = safetensors.deserialize(weights.read_bytes())
-    except Exception as exc:  # safetensors raises its own error types for a bad header
-        raise InvalidInput(f"{weights} is not a safetensors file: {exc}") from None
+        config = _config(read_file(folder, CONFIG, 1 << 20, links=links), shown)
+        entries = safetensors.deserialize(read_file(folder, WEIGHTS, max_weights, links=links))
+    except InvalidInput:
+        raise
+    except Exception:  # OSError, a bad JSON or safetensors header: all read the same
+        raise unusable(shown) from None
     tensors: dict[str, np.ndarray] = {}
     for key, entry in entries:
         match = _KEY.match(key)
         if match is None:
-            raise InvalidInput(f"{weights} holds {key!r}; Pie runs LoRA on {', '.join(_HF_TO_TARGET)} only")
+            raise InvalidInput(f"{shown}/{WEIGHTS} holds {key!r}; Pie runs LoRA on {', '.join(_HF_TO_TARGET)} only")
         layer, module, half = match.groups()
         tensors[tensor_name(int(layer), _HF_TO_TARGET[module], half.lower())] = _array(key, entry)
     if not tensors:
-        raise InvalidInput(f"{weights} holds no LoRA weights")
+        raise InvalidInput(f"{shown}/{WEIGHTS} holds no LoRA weights")
     return PeftAdapter(tensors=tensors, rank=config["r"], alpha=config["lora_alpha"], rslora=config["use_rslora"])
 
 
-def write(folder: Path, adapter: PeftAdapter, base_model: str) -> None:
-    """Write ``adapter`` as a PEFT LoRA folder (created if missing; both files replaced)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def unusable(shown: str) -> InvalidInput:
+    """The one refusal of a folder that cannot be read or written, whatever is or is not there."""
+    return InvalidInput(f"{shown[:200]!r} is not a PEFT adapter folder Pie can use: it must be a folder (not a link) "
+                        f"holding {CONFIG} (a JSON object) and {WEIGHTS} (safetensors), each a regular file")
+
+
+def write(folder: int, adapter: PeftAdapter, base_model: str) -> None:
+    """Write ``adapter`` as a PEFT LoRA folder into the folder descriptor ``folder`` (both
+    files replaced through :func:`pie_core.safepath.write_file`).
+
+    Raises:
+        OSError: A file cannot be written (a folder holds its name).
+    """
     targets = sorted({name.split(".")[2] for name in adapter.tensors})
     config = {
         "peft_type": "LORA",
@@ -111,35 +124,29 @@ def write(folder: Path, adapter: PeftAdapter, base_model: str) -> None:
         _, layer, target, half = name.split(".")
         key = f"base_model.model.model.layers.{layer}.{_TARGET_TO_HF[target]}.lora_{half[-1].upper()}.weight"
         arrays[key] = np.ascontiguousarray(array, dtype=np.float32)
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
-    save_file(arrays, str(folder / WEIGHTS))
-    (folder / CONFIG).write_text(json.dumps(config, indent=2))
+    write_file(folder, WEIGHTS, save(arrays))
+    write_file(folder, CONFIG, json.dumps(config, indent=2).encode())
 
 
-def _read_config(path: Path) -> dict:
-    if not path.is_file():
-        raise InvalidInput(f"{path.parent} has no {CONFIG}; a PEFT adapter folder holds {CONFIG} and {WEIGHTS}")
-    if path.stat().st_size > 1 << 20:
-        raise InvalidInput(f"{path} is larger than 1 MiB")
-    try:
-        config = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"{path} is not JSON: {exc}") from None
+def _config(raw: bytes, shown: str) -> dict:
+    config = json.loads(raw.decode())
     if not isinstance(config, dict):
-        raise InvalidInput(f"{path} must hold a JSON object")
+        raise ValueError("not a JSON object")
+    where = f"{shown}/{CONFIG}"
     if config.get("peft_type", "LORA") != "LORA":
-        raise InvalidInput(f"{path}: peft_type {config.get('peft_type')!r} is not LORA")
+        raise InvalidInput(f"{where}: peft_type {config.get('peft_type')!r} is not LORA")
     for key, what in _REFUSED.items():
         if config.get(key):
-            raise InvalidInput(f"{path}: Pie does not run {what}")
+            raise InvalidInput(f"{where}: Pie does not run {what}")
     if config.get("bias", "none") != "none":
-        raise InvalidInput(f"{path}: Pie does not run trained biases (bias={config['bias']!r})")
+        raise InvalidInput(f"{where}: Pie does not run trained biases (bias={config['bias']!r})")
     rank, alpha = config.get("r"), config.get("lora_alpha", config.get("r"))
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise InvalidInput(f"{path}: r must be a positive integer, got {rank!r}")
+        raise InvalidInput(f"{where}: r must be a positive integer, got {rank!r}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise InvalidInput(f"{path}: lora_alpha must be a number, got {alpha!r}")
+        raise InvalidInput(f"{where}: lora_alpha must be a number, got {alpha!r}")
     return {"r": rank, "lora_alpha": float(alpha), "use_rslora": bool(config.get("use_rslora", False))}
 
 

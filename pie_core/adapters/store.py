@@ -16,11 +16,13 @@ None = unlimited) bounds them.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pie_core.adapters.es import ZoState
+from pie_core.adapters.folder_order import FolderOrder
 from pie_core.errors import BackendError, InvalidInput, Unsupported
 from pie_core.backend_kit.lora import TARGETS, adapter_bytes
 
@@ -51,6 +53,7 @@ class AdapterRecord:
     destroyed: bool = False
     last: Any = None  # the future of the last backend operation
     failure: BaseException | None = None  # the first failed operation not yet reported
+    _failing: threading.Lock = field(default_factory=threading.Lock, repr=False)  # failure is set on backend threads
 
     @property
     def scaling(self) -> float:
@@ -64,26 +67,44 @@ class AdapterRecord:
         """What KV pages computed with this adapter (and ``zo_seed``) are keyed by."""
         return f"{self.uid}:{self.version}:{zo_seed}".encode()
 
-    def backend(self, op: Callable[[Any], Any]) -> None:
+    def backend(self, op: Callable[[Any], Any]) -> Any:
         """Run ``op(hook)`` on the backend thread in order (see the module doc); a failure is
-        kept in ``failure`` until :meth:`settled` reports it."""
+        kept in ``failure`` until :meth:`settled` reports it. Returns the operation's future
+        (done when it ran; it never holds ``op``'s failure, so nothing reports that twice)."""
         hook = self.model.pm.hook
-        self.last = self.model.batcher.enqueue_op(lambda: op(hook))
-        self.last.add_done_callback(self._done)
 
-    def _done(self, future: Any) -> None:
-        if not future.cancelled() and future.exception() is not None and self.failure is None:
-            self.failure = future.exception()
+        def run() -> None:
+            try:
+                op(hook)
+            except Exception as exc:  # noqa: BLE001 - kept for settled(), on whichever thread
+                self._fail(exc)
+
+        self.last = self.model.batcher.enqueue_op(run)
+        self.last.add_done_callback(self._done)
+        return self.last
+
+    def _done(self, future: Any) -> None:  # an operation the batcher failed without running it
+        if not future.cancelled() and future.exception() is not None:
+            self._fail(future.exception())
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._failing:
+            if self.failure is None:
+                self.failure = exc
 
     async def settled(self) -> None:
         """Wait until every operation enqueued so far ran.
 
         Raises:
-            BackendError: One of them failed (reported once).
+            InvalidInput: A save or a chained load found its folder unusable when it ran (reported once).
+            BackendError: Another of them failed (reported once).
         """
         if self.last is not None and not self.last.done():
-            await asyncio.shield(self.last)
-        failure, self.failure = self.failure, None
+            await asyncio.wait([self.last])  # neither raises its failure (it is reported below, once) nor cancels it
+        with self._failing:
+            failure, self.failure = self.failure, None
+        if isinstance(failure, InvalidInput):
+            raise InvalidInput(f"adapter {self.name!r}: {failure}") from None
         if failure is not None:
             raise BackendError(f"adapter {self.name!r}: the backend failed: {failure}") from failure
 
@@ -95,6 +116,7 @@ class AdapterStore:
         self._items: dict[tuple[str, str, str], AdapterRecord] = {}
         self._bytes: dict[str, int] = {}
         self.limit_of: Callable[[str], int | None] | None = None
+        self.folders = FolderOrder()  # saves and loads of one folder, in the order issued
 
     def bytes_held(self) -> dict[str, int]:
         """Adapter bytes per user, for every user who holds any."""

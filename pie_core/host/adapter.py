@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
+from pie_core import safepath
 from pie_core.adapters import peft
+from pie_core.adapters.folder_order import Shape
 from pie_core.adapters.store import AdapterRecord
 from pie_core.errors import InvalidInput, PieError
 from pie_core.host.binding import HostInstance, any_thread, current
 from pie_core.host.model import resolve
-from pie_core.host.runtime import scratch_path
+from pie_core.host.runtime import open_scratch, scratch_of
 from pie_core.backend_kit.lora import check_tensors
 
 __all__ = ["HostAdapter", "create", "open_adapter", "fork", "save", "load", "settled", "release", "release_soon",
@@ -129,45 +134,91 @@ def fork(adapter: HostAdapter, new_name: str) -> HostAdapter:
 
 
 def save(adapter: HostAdapter, path: str) -> None:
-    """Write the adapter's mean weights to the PEFT folder ``path`` (created if missing).
+    """Write the adapter's mean weights to the PEFT folder ``path`` (created if missing), after
+    every operation asked of the adapter and of that folder before.
 
     Raises:
-        InvalidInput: ``path`` leaves the user's scratch directory (under ``pie serve``).
+        InvalidInput: ``path`` is absolute or holds ``..`` (under ``pie serve``). A folder that
+            turns out unusable when the save runs (a link or a file in the way) is reported by
+            :func:`settled`, with the one message of :func:`pie_core.adapters.peft.unusable`.
     """
     adapter.check_live()
-    folder = _resolve(path)
-    record = adapter.record
-    base_model = record.model.name
+    folder = _folder(path)
+    record, order = adapter.record, current().engine.adapters.folders
+    rank, alpha, rslora, base_model = record.rank, record.alpha, record.rslora, record.model.name  # as of now
+    before, ran = order.join(folder.key, Shape(rank, alpha, rslora, frozenset(record.targets)))
 
     def write(hook: Any) -> None:  # on the backend thread, after every earlier change to the adapter
-        tensors = hook.pie_backend_adapter_save(adapter_id=record.id)
-        peft.write(folder, peft.PeftAdapter(tensors, record.rank, record.alpha, record.rslora), base_model)
+        try:
+            if before is not None:
+                before.wait()
+            tensors = hook.pie_backend_adapter_save(adapter_id=record.id)
+            with folder.opened(create=True) as fd:
+                try:
+                    peft.write(fd, peft.PeftAdapter(tensors, rank, alpha, rslora), base_model)
+                except OSError:
+                    raise peft.unusable(folder.shown) from None
+        finally:
+            ran.set()
 
-    record.backend(write)
+    order.settle(folder.key, ran, record.backend(write))
 
 
 def load(adapter: HostAdapter, path: str) -> None:
     """Replace the adapter's weights with the PEFT folder ``path`` (its rank, alpha and targets
-    too). The folder is read and checked now; the weights reach the backend before the next pass.
+    too). The folder is read and checked now, unless a save or load of the same folder is still
+    pending: then it is read right after that one ran, and the shape that save writes is taken
+    now. Either way the weights reach the backend before the next pass.
 
     Raises:
-        InvalidInput: The path leaves the scratch directory (under ``pie serve``), the folder is
-            not a PEFT LoRA adapter for this model, its rank is beyond the backend's, or the
-            user's adapter quota would be passed. The adapter is unchanged.
+        InvalidInput: The path is absolute or holds ``..`` (under ``pie serve``), the folder is
+            not a PEFT LoRA adapter for this model (one message whatever is there), its rank is
+            beyond the backend's, or the user's adapter quota would be passed. The adapter is
+            unchanged. A chained read that fails is reported by :func:`settled`.
     """
     adapter.check_live()
     record = adapter.record
-    read = peft.read(_resolve(path))
+    folder = _folder(path)
+    order = current().engine.adapters.folders
+    coming = order.pending(folder.key)
+    if coming is None:
+        with folder.opened(create=False) as fd:
+            read = peft.read(fd, folder.shown, links=folder.local)
+        tensors, rank, targets = _checked(record, read, folder.shown)
+        current().engine.adapters.reshape(record, rank, read.alpha, read.rslora, targets)
+        scaling = record.scaling
+        record.backend(lambda hook: hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling))
+        return
+    targets = tuple(sorted(coming.targets))
+    current().engine.adapters.reshape(record, coming.rank, coming.alpha, coming.rslora, targets)
+    scaling, limit = record.scaling, record.bytes + (1 << 20)  # float32 weights and their header
+    before, ran = order.join(folder.key)
+
+    def read_then_load(hook: Any) -> None:  # on the backend thread, after the folder's pending operations
+        try:
+            if before is not None:
+                before.wait()
+            with folder.opened(create=False) as fd:
+                read = peft.read(fd, folder.shown, links=folder.local, max_weights=limit)
+            tensors, rank, got = _checked(record, read, folder.shown)
+            if (rank, read.alpha, read.rslora, got) != (coming.rank, coming.alpha, coming.rslora, targets):
+                raise InvalidInput(f"{folder.shown}: the folder changed between the save and this load; load it again")
+            hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling)
+        finally:
+            ran.set()
+
+    order.settle(folder.key, ran, record.backend(read_then_load))
+
+
+def _checked(record: AdapterRecord, read: peft.PeftAdapter, path: str) -> tuple[dict[str, Any], int, tuple[str, ...]]:
+    """The tensors of ``read``, their rank and targets, checked against the adapter's model."""
     try:
         rank = check_tensors(record.model.spec, read.tensors, record.model.caps.max_adapter_rank)
     except ValueError as exc:
         raise InvalidInput(f"{path}: {exc}") from None
     if rank != read.rank:
         raise InvalidInput(f"{path}: adapter_config.json says r={read.rank} but the weights have rank {rank}")
-    targets = tuple(sorted({n.split(".")[2] for n in read.tensors}))
-    current().engine.adapters.reshape(record, rank, read.alpha, read.rslora, targets)
-    tensors, scaling = read.tensors, record.scaling
-    record.backend(lambda hook: hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling))
+    return read.tensors, rank, tuple(sorted({n.split(".")[2] for n in read.tensors}))
 
 
 async def settled(adapter: HostAdapter) -> None:
@@ -193,9 +244,57 @@ def release_soon(adapter: HostAdapter) -> None:
         adapter.loop.call_soon_threadsafe(adapter.release)
 
 
-def _resolve(path: str) -> Path:
-    if not isinstance(path, str) or not path:
+@dataclass(frozen=True, slots=True)
+class _Folder:
+    """The folder a save or load names: ``parts`` beneath the user's scratch folder (``pie
+    serve``), or the local path ``parts[0]`` (``pie run``, ``local``; the operator's machine,
+    links followed)."""
+
+    root: Path | None
+    user: str
+    parts: tuple[str, ...]
+
+    @property
+    def local(self) -> bool:
+        return self.root is None
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        return self.user, self.parts
+
+    @contextmanager
+    def opened(self, *, create: bool) -> Iterator[int]:
+        """A descriptor of the folder (made if missing with ``create``).
+
+        Raises:
+            InvalidInput: :func:`pie_core.adapters.peft.unusable`, whatever the reason.
+        """
+        try:
+            if self.root is None:
+                fd = safepath.open_root(self.parts[0], create=create)
+            else:
+                scratch = open_scratch(self.root, self.user)
+                try:
+                    fd = safepath.open_dir(scratch, self.parts, create=create)
+                finally:
+                    os.close(scratch)
+        except OSError:
+            raise peft.unusable(self.shown) from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @property
+    def shown(self) -> str:
+        return self.parts[0] if self.root is None else "/".join(self.parts)
+
+
+def _folder(path: str) -> _Folder:
+    inst = current()
+    if inst.scratch_root is not None:
+        root, user = scratch_of(inst)
+        return _Folder(root, user, safepath.parts_of(path, "scratch directory"))
+    if not isinstance(path, str) or not path or "\x00" in path:
         raise InvalidInput(f"an adapter path must be a non-empty string, got {path!r}")
-    if current().scratch_root is not None:
-        return Path(scratch_path(path))
-    return Path(path).expanduser()
+    return _Folder(None, inst.username, (os.path.abspath(os.path.expanduser(path)),))

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from inferlet.host.inference import DRAFTS_PER_PASS
 from pie_core import brle
 from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.engine.engine import LoadedModel
@@ -19,7 +20,8 @@ from pie_core.host.context import HostContext
 from pie_core.values import ProbeKind, ProbeSpec, RequestOutput, SampleSpec, SamplerKind
 from pie_core.scheduler.passes import Pass, Tag, run_pass
 
-__all__ = ["forward", "forward_next", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind", "MAX_STOP"]
+__all__ = ["forward", "forward_next", "SampleSpec", "ProbeSpec", "RequestOutput", "SamplerKind", "ProbeKind", "MAX_STOP",
+           "DRAFTS_PER_PASS"]
 
 MAX_STOP = 1024
 """Stop tokens a pass that runs ahead may name."""
@@ -44,6 +46,7 @@ async def forward(
     ctx.check_live()
     model = ctx.model
     caps = model.caps
+    _check_draft_count(drafts, caps, model.backend)  # first: a pass of 10,000 drafts must cost nothing
     n = len(tokens)
     if n == 0:
         if samples or probes:
@@ -205,6 +208,16 @@ def _plain(kind: ProbeKind, value: Any) -> Any:
     if kind == ProbeKind.ENTROPY:
         return float(value)
     return np.asarray(value, dtype=np.float64).tolist()  # LOGPROBS, EMBEDDING
+
+
+def _check_draft_count(drafts: int, caps: Capabilities, backend: str) -> None:
+    limit = min(DRAFTS_PER_PASS, caps.max_sample_rows - 1, caps.max_batch_tokens - 1)
+    if drafts and (isinstance(drafts, bool) or not isinstance(drafts, int) or not 0 <= drafts <= limit):
+        raise InvalidInput(
+            f"a pass may verify at most {limit} drafts (DRAFTS_PER_PASS is {DRAFTS_PER_PASS}; backend {backend!r} samples "
+            f"{caps.max_sample_rows} rows of {caps.max_batch_tokens} tokens per chunk), got {drafts!r}: verify the "
+            "rest in the next pass"
+        )
 
 
 def _check_drafts(drafts: int, n: int, samples: Sequence[SampleSpec], masked: bool) -> list[int]:

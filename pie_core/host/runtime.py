@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from pie_core import safepath
 from pie_core.errors import InvalidInput, PieError
 from pie_core.host.binding import ChildRunner, HostInstance, any_thread, current
 
@@ -108,13 +110,9 @@ def scratch_dir() -> str:
     Under ``pie serve`` it is ``<data dir>/scratch/<user>``; under ``pie run`` a per-user
     directory in the system temp dir. Files there outlive the inferlet.
     """
-    inst = current()
-    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", inst.username) or inst.username in (".", ".."):
-        raise InvalidInput(f"user name {inst.username!r} cannot name a scratch directory")
-    root = inst.scratch_root or Path(tempfile.gettempdir()) / "pie-scratch"
-    path = (root / inst.username).resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+    root, user = scratch_of(current())
+    os.close(open_scratch(root, user))
+    return str(root / user)
 
 
 @any_thread
@@ -123,13 +121,39 @@ def scratch_path(relative: str) -> str:
     """Absolute path of ``relative`` inside :func:`scratch_dir` (parent folders created).
 
     Raises:
-        InvalidInput: ``relative`` is absolute or leaves the scratch directory (``..``, links).
+        InvalidInput: ``relative`` is absolute or leaves the scratch directory (``..``), or
+            one of its folders is a link or a file.
     """
-    base = Path(scratch_dir())
-    if not isinstance(relative, str) or not relative or Path(relative).is_absolute():
-        raise InvalidInput(f"scratch paths are non-empty and relative, got {relative!r}")
-    target = (base / relative).resolve()
-    if target != base and base not in target.parents:
-        raise InvalidInput(f"{relative!r} leaves the scratch directory; use a path inside it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return str(target)
+    root, user = scratch_of(current())
+    parts = safepath.parts_of(relative, "scratch directory")
+    scratch = open_scratch(root, user)
+    try:
+        os.close(safepath.open_dir(scratch, parts[:-1], create=True))
+    except OSError:
+        raise InvalidInput(f"{relative[:200]!r}: its folders must be folders in your scratch directory, "
+                           "not links or files") from None
+    finally:
+        os.close(scratch)
+    return str(root.joinpath(user, *parts))
+
+
+def scratch_of(inst: HostInstance) -> tuple[Path, str]:
+    """The folder holding every user's scratch folder (resolved), and ``inst``'s user name.
+
+    Raises:
+        InvalidInput: The user name cannot name a folder.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", inst.username) or inst.username in (".", ".."):
+        raise InvalidInput(f"user name {inst.username!r} cannot name a scratch directory")
+    return (inst.scratch_root or Path(tempfile.gettempdir()) / "pie-scratch").resolve(), inst.username
+
+
+def open_scratch(root: Path, user: str) -> int:
+    """A descriptor of ``user``'s scratch folder in ``root`` (both made if missing; the user's
+    folder never through a link). Every user-named path is opened beneath it with
+    :mod:`pie_core.safepath`; the caller closes it."""
+    base = safepath.open_root(root, create=True)
+    try:
+        return safepath.open_dir(base, (user,), create=True, mode=0o700)
+    finally:
+        os.close(base)

@@ -4,9 +4,10 @@ Neither ``tarfile.extractall`` nor its ``data`` filter is used: on Python 3.11 a
 symlinks gets past the filter (CVE-2025-4517), and its header parser has had denial-of-service
 bugs of its own. This module reads the tar format itself, accepts only regular files and
 folders, checks every name, and creates every file below a fresh folder with
-``O_CREAT | O_EXCL | O_NOFOLLOW`` through directory descriptors, so no member can place a byte
-outside it. The gzip stream is inflated a slice at a time and every byte is counted, so a bomb
-is stopped after about a mebibyte, not after it has filled the disk.
+``O_CREAT | O_EXCL | O_NOFOLLOW`` through directory descriptors (:mod:`pie_core.safepath`, as
+every user-named path is opened), so no member can place a byte outside it. The gzip stream is
+inflated a slice at a time and every byte is counted, so a bomb is stopped after about a
+mebibyte, not after it has filled the disk.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from pie_core import safepath
 from pie_core.errors import InvalidInput
 
 __all__ = ["ArchiveLimits", "unpack_archive"]
@@ -34,8 +36,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 _TYPES = {b"1": "hard link", b"2": "symlink", b"3": "character device", b"4": "block device", b"6": "fifo",
           b"7": "contiguous file", b"K": "GNU long link name", b"S": "GNU sparse file", b"V": "volume label",
           b"M": "multi-volume continuation", b"D": "GNU dump directory"}
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_CREATE_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ def unpack_archive(data: bytes | bytearray, dest: Path, limits: ArchiveLimits) -
         FileExistsError: ``dest`` exists.
     """
     os.mkdir(dest, 0o700)
-    root = os.open(dest, _OPEN_DIR)
+    root = safepath.open_root(dest)
     try:
         seen: dict[tuple[str, ...], bool] = {}  # path -> is a folder
         stream = _TarStream(data, limits)
@@ -229,10 +229,8 @@ def _open_dirs(root: int, parts: tuple[str, ...], seen: dict[tuple[str, ...], bo
             made = seen.get(here)
             if made is False:
                 raise _refused(f"{'/'.join(parts)!r} goes through {'/'.join(here)!r}, which is a file")
-            if made is None:
-                os.mkdir(here[-1], _DIR_MODE, dir_fd=fd)
-                seen[here] = True
-            child = os.open(here[-1], _OPEN_DIR, dir_fd=fd)
+            child = safepath.open_dir(fd, here[-1:], create=made is None, mode=_DIR_MODE)
+            seen[here] = True
             os.close(fd)
             fd = child
             if made is None:
@@ -244,7 +242,7 @@ def _open_dirs(root: int, parts: tuple[str, ...], seen: dict[tuple[str, ...], bo
 
 
 def _write_file(parent: int, name: str, stream: _TarStream, size: int) -> None:
-    fd = os.open(name, _CREATE_FILE, _FILE_MODE, dir_fd=parent)
+    fd = safepath.create_file(parent, name, _FILE_MODE)
     try:
         os.fchmod(fd, _FILE_MODE)
         left = size

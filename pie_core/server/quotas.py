@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from pie_core import safepath
 from pie_core.engine.broker import MessagingLimits
 from pie_core.errors import InvalidInput
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT
@@ -215,22 +216,46 @@ class ScratchSizes:
         return fut  # type: ignore[return-value]
 
 
+_MAX_WALK_DEPTH = 256  # folders deeper are not counted (a path walk stops near there too: PATH_MAX)
+
+
 def _tree_bytes(folder: Path) -> int:
-    """Bytes of the regular files under ``folder`` (links not followed; vanished files skipped)."""
-    total, stack = 0, [str(folder)]
-    while stack:
+    """Bytes of the regular files under ``folder``, walked through directory descriptors, one
+    per level of the current path (a folder swapped for a link mid-walk is refused, never
+    followed; vanished files are skipped)."""
+    total = 0
+    stack: list[tuple[int, Any]] = []
+    try:
+        root = safepath.open_root(folder)
         try:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_blocks * 512
-                    except OSError:
-                        continue
+            stack.append((root, os.scandir(root)))
         except OSError:
-            continue
+            os.close(root)
+            raise
+        while stack:
+            fd, it = stack[-1]
+            entry = next(it, None)
+            if entry is None:
+                it.close()
+                os.close(stack.pop()[0])
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False) and len(stack) < _MAX_WALK_DEPTH:
+                    child = safepath.open_dir(fd, (entry.name,))
+                    try:
+                        stack.append((child, os.scandir(child)))
+                    except OSError:
+                        os.close(child)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                continue
+    except OSError:
+        pass
+    finally:
+        for fd, it in stack:
+            it.close()
+            os.close(fd)
     return total
 
 
