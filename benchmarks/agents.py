@@ -28,7 +28,9 @@ turns and a ``--tool-delay`` s sleep per tool call. Every run starts its system 
 fresh nonce, so no run finds another run's conversations in the prefix cache (it would compute
 almost nothing); within a run the agents share the system prompt, as one application's agents do.
 
-Per run: wall time, per-agent latency p50/p99, generated tokens per second over the wall time
+Per run: wall time, the CPU seconds the server process (and its finished workers) and this
+client process spent (clients share the machine with the server here: on 2 cores the client's
+own CPU, the ``openai`` package parsing each streamed chunk, slows the server too), per-agent latency p50/p99, generated tokens per second over the wall time
 (the server's ``/metrics``), the input tokens the engine computed and the batches it fired (both
 from ``/metrics``), and KV pages in use sampled every 50 ms (mean and peak). The summary gives
 each pair's throughput ratio (client wall / inferlet wall, best repetition of each). After every
@@ -41,6 +43,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -156,6 +159,13 @@ PAIRS = [("inferlet", "chat client"), ("text inferlet", "completions client"),
          ("completion inferlet", "completion client")]
 
 
+def _server_cpu(server: ServeProcess) -> float:
+    """CPU seconds of the server process and its finished children (workers) so far."""
+    assert server.proc is not None
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
+
 # -- one run --------------------------------------------------------------------------------------
 async def _pages(server: ServeProcess, samples: list[float], stop: asyncio.Event) -> None:
     while not stop.is_set():
@@ -181,6 +191,7 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
         return time.perf_counter() - t0
 
     before = await asyncio.to_thread(_metrics, server.http)
+    cpu0 = _server_cpu(server), time.process_time()
     pages: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_pages(server, pages, stop))
@@ -194,6 +205,7 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
         if client is not None:
             await client.close()
     after = await asyncio.to_thread(_metrics, server.http)
+    server_cpu, client_cpu = _server_cpu(server) - cpu0[0], time.process_time() - cpu0[1]
     deadline = time.monotonic() + 30
     while (await asyncio.to_thread(_health, server.http))["processes"] and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -210,6 +222,7 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
         "backend_s": delta["pie_backend_seconds_total"],
         "pages_mean": float(np.mean(pages)) if pages else 0.0, "pages_peak": int(max(pages, default=0)),
         "pages_left": int(left["pie_kv_pages_in_use"]),
+        "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
     }
 
 
@@ -240,19 +253,21 @@ async def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any
 def _line(r: dict[str, Any]) -> str:
     return (f"| {r['side']} | {r['agents']} | {r['rep']} | {r['wall_s']:.2f} | {r['latency_p50_s']:.2f} | "
             f"{r['latency_p99_s']:.2f} | {r['tok_s']:.0f} | {r['generated_tokens']} | {r['input_tokens']} | "
-            f"{r['batches']} | {r['pages_mean']:.0f} / {r['pages_peak']} |")
+            f"{r['batches']} | {r['pages_mean']:.0f} / {r['pages_peak']} | {r['server_cpu_s']:.2f} | {r['client_cpu_s']:.2f} |")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ["| side | agents | rep | wall s | agent p50 s | agent p99 s | gen tok/s | generated | input tokens computed "
-            "| batches | KV pages mean / peak |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| batches | KV pages mean / peak | server CPU s | client CPU s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     return "\n".join(head + [_line(r) for r in rows])
 
 
 def ratios(rows: list[dict[str, Any]]) -> str:
     """Per pair and agent count: the best run of each side; throughput and p99 ratios."""
     lines = ["| pair | agents | inferlet wall s | client wall s | throughput ratio (client wall / inferlet wall) "
-             "| p99 inferlet / client s | input tokens inferlet / client |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| p99 inferlet / client s | input tokens inferlet / client | server CPU s inferlet / client |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for a, b in PAIRS:
         for n in sorted({r["agents"] for r in rows}):
             ra = [r for r in rows if r["side"] == a and r["agents"] == n]
@@ -261,7 +276,7 @@ def ratios(rows: list[dict[str, Any]]) -> str:
                 x, y = min(ra, key=lambda r: r["wall_s"]), min(rb, key=lambda r: r["wall_s"])
                 lines.append(f"| {a} vs {b} | {n} | {x['wall_s']:.2f} | {y['wall_s']:.2f} | "
                              f"**{y['wall_s'] / x['wall_s']:.2f}×** | {x['latency_p99_s']:.2f} / {y['latency_p99_s']:.2f} | "
-                             f"{x['input_tokens']} / {y['input_tokens']} |")
+                             f"{x['input_tokens']} / {y['input_tokens']} | {x['server_cpu_s']:.2f} / {y['server_cpu_s']:.2f} |")
     return "\n".join(lines)
 
 
