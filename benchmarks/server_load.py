@@ -68,11 +68,13 @@ _URL = re.compile(r"ws://127\.0\.0\.1:(\d+)")
 
 
 class ServeProcess:
-    """``pie serve --dummy --no-auth`` in a subprocess on a free loopback port."""
+    """``pie serve --dummy --no-auth`` (``dummy=False``: the real default model) in a subprocess
+    on a free loopback port."""
 
     def __init__(self, isolation: str, workdir: Path, settings: dict[str, Any], tokens: dict[str, str] | None = None,
-                 backend_options: list[str] | None = None) -> None:
+                 backend_options: list[str] | None = None, dummy: bool = True) -> None:
         self.isolation = isolation
+        self.dummy = dummy  # False: the configured default backend and model
         self.backend_options = backend_options or []
         self.tokens = tokens  # user -> token: auth on with these users; None: --no-auth
         self.workdir = workdir
@@ -103,7 +105,7 @@ class ServeProcess:
         config.save_config(doc, home / "config.toml")
         env = {**os.environ, "PIE_HOME": str(home)}
         auth = [] if self.tokens else ["--no-auth"]
-        argv = ["serve", "--dummy", *auth, "--host", "127.0.0.1", "--port", "0", "--status-interval", "0",
+        argv = ["serve", *(["--dummy"] if self.dummy else []), *auth, "--host", "127.0.0.1", "--port", "0", "--status-interval", "0",
                 "--isolation", self.isolation, "--data-dir", str(self.workdir / f"data-{self.isolation}")]
         for option in self.backend_options:
             argv += ["--backend-option", option]

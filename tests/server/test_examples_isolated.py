@@ -21,6 +21,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
 
 INPUTS: dict[str, dict[str, Any]] = {
+    "agent-codeact": {"turns": 1, "retries": 1, "max_tokens": 3},
+    "agent-react": {"turns": 2, "max_tokens": 4, "tool_delay_s": 0.01},
+    "agent-swarm": {"agents": 2, "hops": 3, "max_tokens": 3},
     "beam-search": {"beam_width": 2, "max_tokens": 4},
     "best-of-n": {"n": 2, "max_tokens": 4},
     "es-finetune": {"generations": 1, "population": 2, "max_tokens": 2, "samples": 1},
@@ -100,6 +103,7 @@ def test_every_example_returns_under_the_default_isolation(dummy_engine):
     assert by_name["interactive-chat"][0]["turns"] == 1
     assert len(by_name["best-of-n"][0]["candidates"]) == 2
     assert by_name["hello-world"][0] == "hello isolation"
+    assert by_name["agent-react"][0]["turns"] == 2 and by_name["agent-swarm"][0]["turns"] == [2, 1]
     market = by_name["market-aware"][0]
     assert market["notes_suspended_while_answering"] and market["notes_resumed"]
     assert market["market_before"]["balance"] - market["market_after"]["balance"] == market["credits_spent"] > 0
