@@ -154,12 +154,14 @@ class PieServer:
     async def close(self) -> None:
         """Stop accepting, end every inferlet with an Error event, close connections, stop the engine.
 
-        Clients get about a second to take their last events and closing handshakes; connections
+        Clients get a second or two to take their last events and closing handshakes; connections
         that have not closed by then (slow readers, half-sent requests) are aborted, so this
         returns within ``CLOSE_S`` seconds whatever the clients do.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLOSE_S - 1.0  # the last second is for aborting and the engine
+        # the last two seconds are for aborting, the engine and the process's own exit (a loaded
+        # machine takes most of a second to tear down the wasm engine and the interpreter)
+        deadline = loop.time() + CLOSE_S - 2.0
         if self._status_task is not None:
             self._status_task.cancel()
         if self._server is not None:
