@@ -48,7 +48,7 @@ def get_time(city: str) -> dict[str, Any]:
     return {"city": city, "time": f"{hour:02d}:05"}
 
 
-REPLY = r"The [^<>{}\[\]`\n]{1,300}"
+REPLY = r"The [^<>{}\[\]`\n]+"
 """The reply: one plain sentence (no markup, which a small model likes to echo)."""
 
 
