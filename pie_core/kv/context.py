@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
 from pie_core.kv.accounts import PageAccount
 from pie_core.kv.host_pool import HostPool
-from pie_core.kv.lineage import Lineage
+from pie_core.kv.lineage import Lineage, Run
 from pie_core.kv.pool import PagePool
 from pie_core.kv.prefix_cache import ROOT, chain_hash
 
-__all__ = ["KvContext", "WritePlan"]
+__all__ = ["KvContext", "ReplayStep", "WritePlan"]
 
 
 class WritePlan:
@@ -26,6 +27,16 @@ class WritePlan:
         self.page_ids = page_ids
         self.write_slots = write_slots
         self.last_page_len = last_page_len
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayStep:
+    """One pass of a replay: the lineage's ``run`` (its mask and tag), its inputs and where they go."""
+
+    run: Run
+    token_ids: np.ndarray
+    positions: np.ndarray
+    plan: WritePlan
 
 
 class KvContext:
@@ -82,6 +93,39 @@ class KvContext:
     def _pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 
+    # What callers ask instead of doing page arithmetic on the fields.
+
+    @property
+    def held_pages(self) -> int:
+        """Pages the context holds, or, suspended, takes back when restored."""
+        return len(self.pages) if self.resident else self.suspended_pages
+
+    @property
+    def spare_pages(self) -> int:
+        """Empty working pages reserved ahead of use (0 while suspended)."""
+        if not self.resident:
+            return 0
+        return len(self.pages) - max(self._pages_for(self.length), self.committed)
+
+    @property
+    def fork_pages(self) -> int:
+        """Fresh pages :meth:`fork` takes for its working copy (0 when suspended: the clone is too)."""
+        return max(0, self._pages_for(self.length) - self.committed) if self.resident else 0
+
+    def pages_needed(self, n: int, at: int | None = None) -> int:
+        """Pages a pass of ``n`` tokens written from slot ``at`` (default: the length) needs
+        beyond those the context holds (or, suspended, takes back)."""
+        start = self.length if at is None else at
+        return max(0, self._pages_for(start + n) - self.held_pages)
+
+    def release_spare(self, keep: int = 0) -> None:
+        """Free the empty working pages beyond the first ``keep``; nothing when the context is
+        suspended or released."""
+        if not self.released and self.resident:
+            extra = self.spare_pages - keep
+            if extra > 0:
+                self.release_working(extra)
+
     def reserve(self, n_pages: int) -> None:
         """Add ``n_pages`` working pages (raises OutOfPages, taking none, if the pool is short)."""
         self._check_resident()
@@ -95,16 +139,28 @@ class KvContext:
         beyond it, see :mod:`pie_core.host.ahead`)."""
         self._check_resident()
         start = self.length if at is None else at
-        total = start + n
-        need = self._pages_for(total) - len(self.pages)
-        if need > 0:
+        need = self.pages_needed(n, start)
+        if need:
             self.reserve(need)
-        used = self._pages_for(total)
+        return self._plan(start, start + n)
+
+    def _plan(self, start: int, stop: int) -> WritePlan:
+        used = self._pages_for(stop)
         return WritePlan(
             page_ids=np.asarray(self.pages[:used], dtype=np.int32),
-            write_slots=np.arange(start, total, dtype=np.int32),
-            last_page_len=total - (used - 1) * self.page_size,
+            write_slots=np.arange(start, stop, dtype=np.int32),
+            last_page_len=stop - (used - 1) * self.page_size,
         )
+
+    def replay(self, start: int, max_tokens: int) -> Iterator[ReplayStep]:
+        """The passes that recompute slots ``[start, length)`` of a restored context from its
+        lineage, at most ``max_tokens`` each (a masked pass whole); call :meth:`replayed` after
+        the last one landed."""
+        tokens = np.asarray(self.tokens, dtype=np.int32)
+        positions = np.asarray(self.positions, dtype=np.int32)
+        for run in self.lineage.chunks(start, max_tokens):
+            yield ReplayStep(run, tokens[run.start : run.stop], positions[run.start : run.stop],
+                             self._plan(run.start, run.stop))
 
     def advance(
         self,
@@ -236,7 +292,7 @@ class KvContext:
         self.length -= n
         del self.tokens[self.length :], self.positions[self.length :]
         self.lineage.truncate(self.length)
-        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
+        self.release_spare()
 
     def _truncate_suspended(self, n: int) -> None:
         if not 0 <= n <= self.working_tokens:
@@ -254,7 +310,7 @@ class KvContext:
     def release_working(self, n: int) -> None:
         """Free the last ``n`` working pages that hold no tokens."""
         self._check_resident()
-        empty = len(self.pages) - max(self._pages_for(self.length), self.committed)
+        empty = self.spare_pages
         if not 0 <= n <= empty:
             raise InvalidInput(f"only {empty} working pages are empty; cannot release {n}")
         if n:
@@ -323,7 +379,7 @@ class KvContext:
         """Suspend to host slots: returns (device pages, host slots) to copy device->host, or None
         (nothing changes) when the host pool is short. The device pages go back to the pool."""
         self._check_resident()
-        self._trim()
+        self.release_spare()  # empty reserved pages are not kept over a suspension
         slots = host.alloc(len(self.pages))
         if slots is None:
             return None
@@ -337,12 +393,8 @@ class KvContext:
         self._check_resident()
         if not self.lineage.replayable:
             raise PieError("this context's lineage cannot be replayed (a truncation cut a masked pass)")
-        self._trim()
+        self.release_spare()
         self._suspend()
-
-    def _trim(self) -> None:
-        # Empty reserved working pages are not kept over a suspension.
-        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
 
     def _suspend(self) -> None:
         self.pool.release(self.pages)
