@@ -118,13 +118,17 @@ class KvContext:
         start = self.length if at is None else at
         return max(0, self._pages_for(start + n) - self.held_pages)
 
+    @property
+    def restore_pages(self) -> int:
+        """Pages :meth:`restore` takes from the pool at most (0 while resident)."""
+        return 0 if self.resident else self.suspended_pages
+
     def release_spare(self, keep: int = 0) -> None:
-        """Free the empty working pages beyond the first ``keep``; nothing when the context is
-        suspended or released."""
-        if not self.released and self.resident:
-            extra = self.spare_pages - keep
-            if extra > 0:
-                self.release_working(extra)
+        """Free the empty working pages beyond the first ``keep`` (a suspended or released
+        context has none)."""
+        extra = self.spare_pages - keep
+        if extra > 0:
+            self.release_working(extra)
 
     def reserve(self, n_pages: int) -> None:
         """Add ``n_pages`` working pages (raises OutOfPages, taking none, if the pool is short)."""
@@ -400,13 +404,13 @@ class KvContext:
         self.pool.release(self.pages)
         self.suspended_pages, self.pages, self.resident = len(self.pages), [], False
 
-    def restore(self) -> tuple[list[int], list[int], int]:
+    def restore(self) -> tuple[list[int], list[int], int | None]:
         """Take device pages again (raises OutOfPages, changing nothing, when short).
 
         Returns:
             (host slots, device pages) to copy host->device when the context was offloaded, and
-            the first slot a replay must recompute (``length`` when nothing is to replay; before
-            that, pages found in the prefix cache were taken instead of recomputed).
+            the first slot a replay must recompute (None when nothing is to replay; before it,
+            pages found in the prefix cache were taken instead of recomputed).
         """
         self._check_live()
         if self.resident:
@@ -424,8 +428,9 @@ class KvContext:
             slots, self.host_pages = self.host_pages, []
             self.host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
             self._reshare()
-            return slots[len(found) :], fresh, self.length
-        return [], [], len(found) * self.page_size
+            return slots[len(found) :], fresh, None
+        start = len(found) * self.page_size
+        return [], [], start if start < self.length else None
 
     def replayed(self) -> None:
         """The replay of a restored context landed: its committed pages are shareable again."""

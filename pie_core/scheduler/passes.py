@@ -4,8 +4,9 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
 :class:`Pass`; from there the scheduler owns it:
 
 1. The market admits the context (:meth:`Market.admit`): it is made resident (restored from
-   the host pool, or marked for replay) with the pages the pass may write reserved.
-2. A context restored without its pages is rebuilt by replaying its lineage.
+   the host pool, or without its pages) with the pages the pass may write reserved.
+2. A context restored without its pages is rebuilt by replaying its lineage from the slot the
+   grant names.
 3. Leading full pages found in the prefix cache are adopted instead of computed.
 4. The rest runs in chunks of at most ``max_batch_tokens`` through the batcher; each landed
    chunk is recorded in the context (with its mask and tag, for later replays).
@@ -15,8 +16,10 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
 :func:`queue_unrecorded` queues a one-chunk pass without recording it, at or beyond the
 context's length: its caller records it later (:func:`record`) or forgets it. Run-ahead
 (``pie_core.host.ahead``) runs a context's next decode steps that way before the inferlet asks
-for them. Run-ahead (``pie_core.host.ahead``) runs a decode step that
-way before the inferlet asks for it.
+for them.
+
+The path is one-way: this module asks the context (:class:`KvContext`) for page counts and the
+market for a grant, and reads nothing either leaves behind.
 """
 
 from __future__ import annotations
@@ -82,11 +85,11 @@ async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
     """
     kv = holder.kv
     spare = kv.spare_pages  # kept after the pass; those it reserves and leaves empty go back
-    await model.market.admit(holder, kv.pages_needed(len(p.ids)))
+    grant = await model.market.admit(holder, kv.pages_needed(len(p.ids)))
     first_draft = kv.length + len(p.ids) - p.drafts
     try:
-        if holder.replay_from is not None:
-            await _replay(model, kv, holder.replay_from)
+        if grant.replay_from is not None:
+            await _replay(model, kv, grant.replay_from)
         return await _run(model, kv, p)
     except BaseException:
         if p.drafts and not kv.released and kv.length > first_draft:  # drafts of landed chunks go

@@ -172,3 +172,31 @@ def test_replay_runs_a_masked_pass_whole_with_its_mask():
     assert steps[2].plan.last_page_len == 2 and steps[2].plan.page_ids.tolist() == ctx.pages[:2]
     ctx.release()
     assert pool.is_whole()
+
+
+def test_a_restore_takes_at_most_the_pages_it_held_and_names_where_a_replay_starts():
+    pool = PagePool(16, PS)
+    ctx = KvContext(pool)
+    _write(ctx, 10)
+    assert ctx.restore_pages == 0  # resident
+    ctx.drop()
+    assert ctx.restore_pages == 3
+    _, _, replay_from = ctx.restore()  # the two committed pages are still cached
+    assert replay_from == 8 and ctx.restore_pages == 0
+    ctx.replayed()
+    ctx.offload(HostPool(8))
+    assert ctx.restore_pages == 3
+    slots, pages, replay_from = ctx.restore()  # copied back: nothing to replay
+    assert replay_from is None and len(slots) == len(pages) == 1
+    ctx.release()
+    assert pool.is_whole()
+
+
+def test_a_dropped_context_whose_pages_are_all_cached_needs_no_replay():
+    pool = PagePool(16, PS)
+    ctx = KvContext(pool)
+    _write(ctx, 8)
+    ctx.drop()
+    assert ctx.restore() == ([], [], None)
+    ctx.release()
+    assert pool.is_whole()
