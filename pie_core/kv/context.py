@@ -60,25 +60,29 @@ class KvContext:
     its pages to host slots, :meth:`drop` lets them go and keeps only the lineage (see
     :mod:`pie_core.kv.lineage`); :meth:`restore` brings it back. A suspended context stays
     charged for the pages it will need again.
+
+    The scheduler and the market ask it how many pages a pass needs (:meth:`pages_needed`),
+    holds (:attr:`held_pages`), keeps spare, a fork copies or a restore takes, and never work
+    that out from ``pages``, ``committed`` and ``length`` themselves.
     """
 
     def __init__(self, pool: PagePool, account: PageAccount | None = None) -> None:
         self.pool = pool
-        self.account = account
+        self._account = account
         self.page_size = pool.page_size
         self.pages: list[int] = []
         self.committed = 0
         self.length = 0
         self.tokens: list[int] = []
         self.positions: list[int] = []
-        self.hashes: list[bytes] = []  # chain hash per committed page while shareable
+        self._hashes: list[bytes] = []  # chain hash per committed page while shareable
         self.shareable = True
-        self.salt = b""  # what the context's KV was computed under, besides the base weights
+        self._salt = b""  # what the context's KV was computed under, besides the base weights
         self.lineage = Lineage()
         self.resident = True
         self.host_pages: list[int] = []  # while offloaded: the host slot of each page
-        self.host_pool: HostPool | None = None
-        self.suspended_pages = 0  # pages charged while suspended (restore takes this many)
+        self._host_pool: HostPool | None = None
+        self._suspended_pages = 0  # pages charged while suspended (restore takes this many)
         self.released = False
 
     @property
@@ -98,7 +102,7 @@ class KvContext:
     @property
     def held_pages(self) -> int:
         """Pages the context holds, or, suspended, takes back when restored."""
-        return len(self.pages) if self.resident else self.suspended_pages
+        return len(self.pages) if self.resident else self._suspended_pages
 
     @property
     def spare_pages(self) -> int:
@@ -121,7 +125,7 @@ class KvContext:
     @property
     def restore_pages(self) -> int:
         """Pages :meth:`restore` takes from the pool at most (0 while resident)."""
-        return 0 if self.resident else self.suspended_pages
+        return 0 if self.resident else self._suspended_pages
 
     def release_spare(self, keep: int = 0) -> None:
         """Free the empty working pages beyond the first ``keep`` (a suspended or released
@@ -135,7 +139,7 @@ class KvContext:
         self._check_resident()
         if n_pages < 0:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
-        self.pages.extend(_alloc_charged(self.pool, self.account, n_pages, n_pages))
+        self.pages.extend(_alloc_charged(self.pool, self._account, n_pages, n_pages))
 
     def plan_write(self, n: int, at: int | None = None) -> WritePlan:
         """Reserve what ``n`` more tokens need and say where they go: slots ``at..at+n-1``
@@ -182,7 +186,7 @@ class KvContext:
         :meth:`settle`. ``salt`` names the adapter weights the pass ran under (b"" none), and
         ``tag`` is what a replay needs to run under them again (kept in the lineage).
         """
-        self._salt(salt)
+        self._take_salt(salt)
         self.lineage.extend(len(tokens), tag, masks)
         self.tokens.extend(tokens)
         self.positions.extend(positions)
@@ -220,10 +224,10 @@ class KvContext:
         whole = min(len(tokens), limit) // ps
         if not whole or not self.shareable or self.length != self.committed * ps:
             return 0
-        if self.length and salt != self.salt:
+        if self.length and salt != self._salt:
             return 0
-        self.salt = salt
-        keys, prev = [], self.hashes[-1] if self.hashes else self._root()
+        self._salt = salt
+        keys, prev = [], self._hashes[-1] if self._hashes else self._root()
         for i in range(whole):
             prev = chain_hash(prev, tokens[i * ps : (i + 1) * ps], positions[i * ps : (i + 1) * ps])
             keys.append(prev)
@@ -240,22 +244,22 @@ class KvContext:
         self.lineage.extend(n, tag)
         self.tokens.extend(tokens[:n].tolist())
         self.positions.extend(positions[:n].tolist())
-        self.hashes.extend(keys[: len(found)])
+        self._hashes.extend(keys[: len(found)])
         self.length += n
         self.committed += len(found)
         return n
 
-    def _salt(self, salt: bytes) -> None:
+    def _take_salt(self, salt: bytes) -> None:
         if not self.length:
-            self.salt = salt
-        elif salt != self.salt:
+            self._salt = salt
+        elif salt != self._salt:
             self.shareable = False
 
     def _root(self) -> bytes:
-        if not self.salt:
+        if not self._salt:
             return ROOT
         # A separate hash domain (person), so no page of tokens can hash to a salted root.
-        return hashlib.blake2b(ROOT + self.salt, digest_size=16, person=b"pie-kv-salt").digest()
+        return hashlib.blake2b(ROOT + self._salt, digest_size=16, person=b"pie-kv-salt").digest()
 
     def _commit_to(self, committed: int) -> None:
         if committed <= self.committed:
@@ -267,7 +271,7 @@ class KvContext:
     def _share(self, first: int, stop: int) -> None:
         # Hash pages first..stop-1 and swap any page for an equal one the cache holds already.
         ps = self.page_size
-        prev = self.hashes[-1] if self.hashes else self._root()
+        prev = self._hashes[-1] if self._hashes else self._root()
         keys = []
         tokens = np.asarray(self.tokens[first * ps : stop * ps]).reshape(-1, ps)
         positions = np.asarray(self.positions[first * ps : stop * ps]).reshape(-1, ps)
@@ -281,7 +285,7 @@ class KvContext:
             self.pool.retain([k for p, k in zip(mine, kept) if p != k])
             self.pool.release(dupes)
             self.pages[first:stop] = kept
-        self.hashes.extend(keys)
+        self._hashes.extend(keys)
 
     def truncate(self, n: int) -> None:
         """Drop the last ``n`` working tokens and free working pages left empty."""
@@ -305,11 +309,11 @@ class KvContext:
         del self.tokens[self.length :], self.positions[self.length :]
         self.lineage.truncate(self.length)
         keep = max(self._pages_for(self.length), self.committed)
-        if self.host_pages and self.host_pool is not None:
-            self.host_pool.release(self.host_pages[keep:])
+        if self.host_pages and self._host_pool is not None:
+            self._host_pool.release(self.host_pages[keep:])
             del self.host_pages[keep:]
-        self._refund(self.suspended_pages - keep)
-        self.suspended_pages = keep
+        self._refund(self._suspended_pages - keep)
+        self._suspended_pages = keep
 
     def release_working(self, n: int) -> None:
         """Free the last ``n`` working pages that hold no tokens."""
@@ -340,7 +344,7 @@ class KvContext:
                 reached; nothing changes.
         """
         self._check_live()
-        account = account if account is not None else self.account
+        account = account if account is not None else self._account
         if not (self.resident and resident):
             return self._fork_suspended(account), [], []
         used = self._pages_for(self.length)
@@ -357,7 +361,7 @@ class KvContext:
         child = KvContext(self.pool, account)
         child.length, child.committed = self.length, self.committed
         child.tokens, child.positions = list(self.tokens), list(self.positions)
-        child.hashes, child.shareable, child.salt = list(self.hashes), self.shareable, self.salt
+        child._hashes, child.shareable, child._salt = list(self._hashes), self.shareable, self._salt
         child.lineage = self.lineage.copy()
         return child
 
@@ -369,7 +373,7 @@ class KvContext:
         if account is not None:
             account.charge(need)
         child = self._clone(account)
-        child.resident, child.suspended_pages = False, need
+        child.resident, child._suspended_pages = False, need
         return child
 
     # Suspension. The caller (the market) queues the page copies these return, in order, before
@@ -388,7 +392,7 @@ class KvContext:
         if slots is None:
             return None
         src = self.pages
-        self.host_pages, self.host_pool = slots, host
+        self.host_pages, self._host_pool = slots, host
         self._suspend()
         return src, slots
 
@@ -402,7 +406,7 @@ class KvContext:
 
     def _suspend(self) -> None:
         self.pool.release(self.pages)
-        self.suspended_pages, self.pages, self.resident = len(self.pages), [], False
+        self._suspended_pages, self.pages, self.resident = len(self.pages), [], False
 
     def restore(self) -> tuple[list[int], list[int], int | None]:
         """Take device pages again (raises OutOfPages, changing nothing, when short).
@@ -415,18 +419,18 @@ class KvContext:
         self._check_live()
         if self.resident:
             raise PieError("restore of a resident context")
-        found = self.pool.cache.lookup_chain(self.hashes)  # pages nobody needs to compute or copy
+        found = self.pool.cache.lookup_chain(self._hashes)  # pages nobody needs to compute or copy
         self.pool.retain(found)  # before alloc, which may evict idle cached pages
         try:
-            fresh = self.pool.alloc(self.suspended_pages - len(found))
+            fresh = self.pool.alloc(self._suspended_pages - len(found))
         except BaseException:
             self.pool.release(found)
             raise
         self.pages = found + fresh
-        self.resident, self.suspended_pages = True, 0
+        self.resident, self._suspended_pages = True, 0
         if self.host_pages:
             slots, self.host_pages = self.host_pages, []
-            self.host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
+            self._host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
             self._reshare()
             return slots[len(found) :], fresh, None
         start = len(found) * self.page_size
@@ -437,8 +441,8 @@ class KvContext:
         self._reshare()
 
     def _reshare(self) -> None:
-        shared = len(self.hashes)
-        self.hashes = []
+        shared = len(self._hashes)
+        self._hashes = []
         if shared:
             self._share(0, shared)
 
@@ -451,19 +455,19 @@ class KvContext:
         """Return every page to the pool (and host slots to the host pool). Idempotent."""
         if not self.released:
             self.pool.release(self.pages)
-            self._refund(len(self.pages) + self.suspended_pages)
-            if self.host_pool is not None and self.host_pages:
-                self.host_pool.release(self.host_pages)
-            self.pages, self.host_pages, self.suspended_pages = [], [], 0
+            self._refund(len(self.pages) + self._suspended_pages)
+            if self._host_pool is not None and self.host_pages:
+                self._host_pool.release(self.host_pages)
+            self.pages, self.host_pages, self._suspended_pages = [], [], 0
             self.released = True
 
     def _charge(self, n: int) -> None:
-        if self.account is not None:
-            self.account.charge(n)
+        if self._account is not None:
+            self._account.charge(n)
 
     def _refund(self, n: int) -> None:
-        if self.account is not None:
-            self.account.refund(n)
+        if self._account is not None:
+            self._account.refund(n)
 
     def _check_live(self) -> None:
         if self.released:
