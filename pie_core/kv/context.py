@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -11,32 +9,12 @@ import numpy as np
 from pie_core.errors import InvalidInput, PieError
 from pie_core.kv.accounts import PageAccount
 from pie_core.kv.host_pool import HostPool
-from pie_core.kv.lineage import Lineage, Run
+from pie_core.kv.lineage import Lineage
+from pie_core.kv.plan import ReplayStep, WritePlan
 from pie_core.kv.pool import PagePool
-from pie_core.kv.prefix_cache import ROOT, chain_hash
+from pie_core.kv.prefix_cache import chain_keys, salted_root
 
 __all__ = ["KvContext", "ReplayStep", "WritePlan"]
-
-
-class WritePlan:
-    """Where a pass of ``n`` tokens goes: the page list the backend sees and the write slots."""
-
-    __slots__ = ("page_ids", "write_slots", "last_page_len")
-
-    def __init__(self, page_ids: np.ndarray, write_slots: np.ndarray, last_page_len: int) -> None:
-        self.page_ids = page_ids
-        self.write_slots = write_slots
-        self.last_page_len = last_page_len
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayStep:
-    """One pass of a replay: the lineage's ``run`` (its mask and tag), its inputs and where they go."""
-
-    run: Run
-    token_ids: np.ndarray
-    positions: np.ndarray
-    plan: WritePlan
 
 
 class KvContext:
@@ -227,10 +205,7 @@ class KvContext:
         if self.length and salt != self._salt:
             return 0
         self._salt = salt
-        keys, prev = [], self._hashes[-1] if self._hashes else self._root()
-        for i in range(whole):
-            prev = chain_hash(prev, tokens[i * ps : (i + 1) * ps], positions[i * ps : (i + 1) * ps])
-            keys.append(prev)
+        keys = chain_keys(self._chain_end(), tokens[: whole * ps], positions[: whole * ps], ps)
         found = self.pool.cache.lookup_chain(keys)
         if not found:
             return 0
@@ -255,11 +230,9 @@ class KvContext:
         elif salt != self._salt:
             self.shareable = False
 
-    def _root(self) -> bytes:
-        if not self._salt:
-            return ROOT
-        # A separate hash domain (person), so no page of tokens can hash to a salted root.
-        return hashlib.blake2b(ROOT + self._salt, digest_size=16, person=b"pie-kv-salt").digest()
+    def _chain_end(self) -> bytes:
+        # The hash the next committed page chains on from.
+        return self._hashes[-1] if self._hashes else salted_root(self._salt)
 
     def _commit_to(self, committed: int) -> None:
         if committed <= self.committed:
@@ -271,13 +244,8 @@ class KvContext:
     def _share(self, first: int, stop: int) -> None:
         # Hash pages first..stop-1 and swap any page for an equal one the cache holds already.
         ps = self.page_size
-        prev = self._hashes[-1] if self._hashes else self._root()
-        keys = []
-        tokens = np.asarray(self.tokens[first * ps : stop * ps]).reshape(-1, ps)
-        positions = np.asarray(self.positions[first * ps : stop * ps]).reshape(-1, ps)
-        for page_tokens, page_positions in zip(tokens, positions):
-            prev = chain_hash(prev, page_tokens, page_positions)
-            keys.append(prev)
+        span = slice(first * ps, stop * ps)
+        keys = chain_keys(self._chain_end(), np.asarray(self.tokens[span]), np.asarray(self.positions[span]), ps)
         mine = self.pages[first:stop]
         kept = self.pool.cache.insert_chain(keys, mine)
         dupes = [p for p, k in zip(mine, kept) if p != k]
