@@ -215,7 +215,7 @@ class Market:
 
     def _fits_now(self, holder: Holder, new: int) -> bool:
         # Free pages go to a newcomer unless someone bidding more is already waiting for them.
-        if self.pool.available_count < new:
+        if not self.pool.can_take(new):
             return False
         return not self.waiters or holder.bid() >= max(h.bid() for h in self.waiters)
 
@@ -244,7 +244,7 @@ class Market:
         return Grant(new, replay_from)
 
     def _try_grant(self, holder: Holder) -> bool:
-        if self.pool.available_count < holder.wanted + holder.kv.restore_pages:
+        if not self.pool.can_take(holder.wanted + holder.kv.restore_pages):
             return False
         self.waiters.remove(holder)
         try:
@@ -298,16 +298,16 @@ class Market:
     def take_now(self, n: int, bid: float) -> bool:
         """Make ``n`` pages available without waiting (for forks and snapshots, which cannot
         wait): suspend idle holders bidding below ``bid``, lowest first. False if not enough."""
-        if self.pool.available_count >= n:
+        if self.pool.can_take(n):
             return True
         for holder in sorted(self._live(), key=lambda h: h.bid()):
             if holder.bid() >= bid:
                 break
             if self._movable(holder):
                 self.suspend(holder)
-                if self.pool.available_count >= n:
+                if self.pool.can_take(n):
                     return True
-        return self.pool.available_count >= n
+        return self.pool.can_take(n)
 
     # Auctions.
 
@@ -368,7 +368,7 @@ class Market:
 
     def _restore_quietly(self) -> None:
         for holder in sorted(self._restorable(), key=lambda h: -h.bid()):
-            if self.pool.available_count < holder.kv.restore_pages:
+            if not self.pool.can_take(holder.kv.restore_pages):
                 break
             slots, pages, _ = holder.kv.restore()
             self.copy(CopyKind.HOST_TO_DEVICE, slots, pages)
