@@ -361,3 +361,24 @@ def test_admission_returns_what_it_granted():
     grant = asyncio.run(go())
     assert (grant.pages, grant.replay_from) == (2, None) and len(a.kv.pages) == 4
     _finish(market, a)
+
+
+def test_a_suspended_waiter_waits_for_the_pages_its_restore_takes():
+    market, _ = _market(pages=8, host=8)
+    a = _holder(market, "a", bid=1.0, tokens=12)
+    market.park(a)  # 3 pages to the host; its cached copies are evicted by b
+    b = _holder(market, "b", bid=5.0, tokens=32)
+    assert market.pool.free_count == 0 and not a.kv.resident
+
+    async def go():
+        task = asyncio.create_task(market.admit(a, 0))  # a's next pass: no new page, 3 to restore
+        await asyncio.sleep(0.01)
+        assert not task.done() and a in market.waiters  # outbid and short: waits, neither granted nor failed
+        b.kv.release()
+        market.leave(b.kv)
+        await task
+        market.done(a)
+
+    asyncio.run(go())
+    assert a.kv.resident
+    _finish(market, a)
