@@ -60,7 +60,7 @@ from pie_core.engine.events import Event
 from pie_core.errors import OutOfPages
 from pie_core.hookspec import BackendOptions
 from pie_core.runtime.instance import run_main
-from pie_core.scheduler.market import Holder, Market
+from pie_core.scheduler.market import Grant, Holder, Market
 
 GOAL_TPS = 0.8  # market tok/s over unlimited tok/s
 GOAL_PRIORITY = 0.6  # high-bid p50 latency over low-bid p50 latency, under the market
@@ -139,11 +139,12 @@ class Probe:
                 self.suspended[classes[holder]] += 1
             return moved
 
-        def counted_grant(holder: Holder, new: int) -> None:
+        def counted_grant(holder: Holder, new: int) -> Grant:
             was_resident = holder.kv.resident
-            grant(holder, new)
+            granted = grant(holder, new)
             if not was_resident and holder in classes:
-                (self.replayed if holder.replay_from is not None else self.restored)[classes[holder]] += 1
+                (self.replayed if granted.replay_from is not None else self.restored)[classes[holder]] += 1
+            return granted
 
         def counted_tick(seconds: float) -> None:
             tick(seconds)

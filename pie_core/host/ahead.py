@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from pie_core.errors import InvalidInput, PieError
-from pie_core.scheduler.passes import Pass, Tag, queue_unrecorded, record, release_spare, run_pass, spare_pages
+from pie_core.scheduler.passes import Pass, Tag, queue_unrecorded, record, run_pass
 from pie_core.values import ProbeSpec, RequestOutput, SampleSpec
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Chain:
         self._release = release
         self._token: int | None = None  # what the last recorded pass sampled: the next pass's input
         self._queued: deque[_Queued] = deque()
-        self._spare = spare_pages(ctx.kv)  # empty pages the context held before the chain reserved any
+        self._spare = ctx.kv.spare_pages  # empty pages the context held before the chain reserved any
         self._open = True
         ctx.holder.preempt = self.pause
 
@@ -197,7 +197,7 @@ class Chain:
             if not item.future.done():
                 item.future.cancel()  # never sent if its batch has not fired; ignored if it has
         if queued:
-            release_spare(self.ctx.kv, self._spare)
+            self.ctx.kv.release_spare(self._spare)
 
     def end(self) -> None:
         """End the loop now. Safe in synchronous calls."""

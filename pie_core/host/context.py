@@ -149,8 +149,7 @@ def _fork_kv(model: LoadedModel, source: KvContext, bid: float) -> KvContext:
     """A clone of ``source`` charged to the caller. Under contention the pages for its working
     copy are bought from holders bidding below ``bid``; failing that the clone starts suspended
     (rebuilt by replay on its first pass), and only a clone that can do neither is refused."""
-    need = max(0, -(-source.length // source.page_size) - source.committed) if source.resident else 0
-    resident = model.market.take_now(need, bid) or not model.market.replayable(source)
+    resident = model.market.take_now(source.fork_pages, bid) or not model.market.replayable(source)
     kv, src, dst = source.fork(model.pool.accounts.of(current().username), resident=resident)
     model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
     model.market.ledger.burn(wallet(model, current()), len(dst))

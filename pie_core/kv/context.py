@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -11,21 +10,11 @@ from pie_core.errors import InvalidInput, PieError
 from pie_core.kv.accounts import PageAccount
 from pie_core.kv.host_pool import HostPool
 from pie_core.kv.lineage import Lineage
+from pie_core.kv.plan import ReplayStep, WritePlan
 from pie_core.kv.pool import PagePool
-from pie_core.kv.prefix_cache import ROOT, chain_hash
+from pie_core.kv.prefix_cache import chain_keys, salted_root
 
-__all__ = ["KvContext", "WritePlan"]
-
-
-class WritePlan:
-    """Where a pass of ``n`` tokens goes: the page list the backend sees and the write slots."""
-
-    __slots__ = ("page_ids", "write_slots", "last_page_len")
-
-    def __init__(self, page_ids: np.ndarray, write_slots: np.ndarray, last_page_len: int) -> None:
-        self.page_ids = page_ids
-        self.write_slots = write_slots
-        self.last_page_len = last_page_len
+__all__ = ["KvContext", "ReplayStep", "WritePlan"]
 
 
 class KvContext:
@@ -49,25 +38,29 @@ class KvContext:
     its pages to host slots, :meth:`drop` lets them go and keeps only the lineage (see
     :mod:`pie_core.kv.lineage`); :meth:`restore` brings it back. A suspended context stays
     charged for the pages it will need again.
+
+    The scheduler and the market ask it how many pages a pass needs (:meth:`pages_needed`),
+    holds (:attr:`held_pages`), keeps spare, a fork copies or a restore takes, and never work
+    that out from ``pages``, ``committed`` and ``length`` themselves.
     """
 
     def __init__(self, pool: PagePool, account: PageAccount | None = None) -> None:
         self.pool = pool
-        self.account = account
+        self._account = account
         self.page_size = pool.page_size
         self.pages: list[int] = []
         self.committed = 0
         self.length = 0
         self.tokens: list[int] = []
         self.positions: list[int] = []
-        self.hashes: list[bytes] = []  # chain hash per committed page while shareable
+        self._hashes: list[bytes] = []  # chain hash per committed page while shareable
         self.shareable = True
-        self.salt = b""  # what the context's KV was computed under, besides the base weights
+        self._salt = b""  # what the context's KV was computed under, besides the base weights
         self.lineage = Lineage()
         self.resident = True
         self.host_pages: list[int] = []  # while offloaded: the host slot of each page
-        self.host_pool: HostPool | None = None
-        self.suspended_pages = 0  # pages charged while suspended (restore takes this many)
+        self._host_pool: HostPool | None = None
+        self._suspended_pages = 0  # pages charged while suspended (restore takes this many)
         self.released = False
 
     @property
@@ -82,12 +75,49 @@ class KvContext:
     def _pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page_size)
 
+    # What callers ask instead of doing page arithmetic on the fields.
+
+    @property
+    def held_pages(self) -> int:
+        """Pages the context holds, or, suspended, takes back when restored."""
+        return len(self.pages) if self.resident else self._suspended_pages
+
+    @property
+    def spare_pages(self) -> int:
+        """Empty working pages reserved ahead of use (0 while suspended)."""
+        if not self.resident:
+            return 0
+        return len(self.pages) - max(self._pages_for(self.length), self.committed)
+
+    @property
+    def fork_pages(self) -> int:
+        """Fresh pages :meth:`fork` takes for its working copy (0 when suspended: the clone is too)."""
+        return max(0, self._pages_for(self.length) - self.committed) if self.resident else 0
+
+    def pages_needed(self, n: int, at: int | None = None) -> int:
+        """Pages a pass of ``n`` tokens written from slot ``at`` (default: the length) needs
+        beyond those the context holds (or, suspended, takes back)."""
+        start = self.length if at is None else at
+        return max(0, self._pages_for(start + n) - self.held_pages)
+
+    @property
+    def restore_pages(self) -> int:
+        """Pages :meth:`restore` takes from the pool at most (0 while resident)."""
+        return 0 if self.resident else self._suspended_pages
+
+    def release_spare(self, keep: int = 0) -> None:
+        """Free the empty working pages beyond the first ``keep`` (a suspended or released
+        context has none)."""
+        extra = self.spare_pages - keep
+        if extra > 0:
+            self.release_working(extra)
+
     def reserve(self, n_pages: int) -> None:
         """Add ``n_pages`` working pages (raises OutOfPages, taking none, if the pool is short)."""
         self._check_resident()
         if n_pages < 0:
             raise InvalidInput(f"cannot reserve a negative number of pages ({n_pages})")
-        self.pages.extend(_alloc_charged(self.pool, self.account, n_pages, n_pages))
+        self.pages.extend(_alloc_charged(self.pool, self._account, n_pages, n_pages))
 
     def plan_write(self, n: int, at: int | None = None) -> WritePlan:
         """Reserve what ``n`` more tokens need and say where they go: slots ``at..at+n-1``
@@ -95,16 +125,28 @@ class KvContext:
         beyond it, see :mod:`pie_core.host.ahead`)."""
         self._check_resident()
         start = self.length if at is None else at
-        total = start + n
-        need = self._pages_for(total) - len(self.pages)
-        if need > 0:
+        need = self.pages_needed(n, start)
+        if need:
             self.reserve(need)
-        used = self._pages_for(total)
+        return self._plan(start, start + n)
+
+    def _plan(self, start: int, stop: int) -> WritePlan:
+        used = self._pages_for(stop)
         return WritePlan(
             page_ids=np.asarray(self.pages[:used], dtype=np.int32),
-            write_slots=np.arange(start, total, dtype=np.int32),
-            last_page_len=total - (used - 1) * self.page_size,
+            write_slots=np.arange(start, stop, dtype=np.int32),
+            last_page_len=stop - (used - 1) * self.page_size,
         )
+
+    def replay(self, start: int, max_tokens: int) -> Iterator[ReplayStep]:
+        """The passes that recompute slots ``[start, length)`` of a restored context from its
+        lineage, at most ``max_tokens`` each (a masked pass whole); call :meth:`replayed` after
+        the last one landed."""
+        tokens = np.asarray(self.tokens, dtype=np.int32)
+        positions = np.asarray(self.positions, dtype=np.int32)
+        for run in self.lineage.chunks(start, max_tokens):
+            yield ReplayStep(run, tokens[run.start : run.stop], positions[run.start : run.stop],
+                             self._plan(run.start, run.stop))
 
     def advance(
         self,
@@ -122,7 +164,7 @@ class KvContext:
         :meth:`settle`. ``salt`` names the adapter weights the pass ran under (b"" none), and
         ``tag`` is what a replay needs to run under them again (kept in the lineage).
         """
-        self._salt(salt)
+        self._take_salt(salt)
         self.lineage.extend(len(tokens), tag, masks)
         self.tokens.extend(tokens)
         self.positions.extend(positions)
@@ -160,13 +202,10 @@ class KvContext:
         whole = min(len(tokens), limit) // ps
         if not whole or not self.shareable or self.length != self.committed * ps:
             return 0
-        if self.length and salt != self.salt:
+        if self.length and salt != self._salt:
             return 0
-        self.salt = salt
-        keys, prev = [], self.hashes[-1] if self.hashes else self._root()
-        for i in range(whole):
-            prev = chain_hash(prev, tokens[i * ps : (i + 1) * ps], positions[i * ps : (i + 1) * ps])
-            keys.append(prev)
+        self._salt = salt
+        keys = chain_keys(self._chain_end(), tokens[: whole * ps], positions[: whole * ps], ps)
         found = self.pool.cache.lookup_chain(keys)
         if not found:
             return 0
@@ -180,22 +219,20 @@ class KvContext:
         self.lineage.extend(n, tag)
         self.tokens.extend(tokens[:n].tolist())
         self.positions.extend(positions[:n].tolist())
-        self.hashes.extend(keys[: len(found)])
+        self._hashes.extend(keys[: len(found)])
         self.length += n
         self.committed += len(found)
         return n
 
-    def _salt(self, salt: bytes) -> None:
+    def _take_salt(self, salt: bytes) -> None:
         if not self.length:
-            self.salt = salt
-        elif salt != self.salt:
+            self._salt = salt
+        elif salt != self._salt:
             self.shareable = False
 
-    def _root(self) -> bytes:
-        if not self.salt:
-            return ROOT
-        # A separate hash domain (person), so no page of tokens can hash to a salted root.
-        return hashlib.blake2b(ROOT + self.salt, digest_size=16, person=b"pie-kv-salt").digest()
+    def _chain_end(self) -> bytes:
+        # The hash the next committed page chains on from.
+        return self._hashes[-1] if self._hashes else salted_root(self._salt)
 
     def _commit_to(self, committed: int) -> None:
         if committed <= self.committed:
@@ -207,13 +244,8 @@ class KvContext:
     def _share(self, first: int, stop: int) -> None:
         # Hash pages first..stop-1 and swap any page for an equal one the cache holds already.
         ps = self.page_size
-        prev = self.hashes[-1] if self.hashes else self._root()
-        keys = []
-        tokens = np.asarray(self.tokens[first * ps : stop * ps]).reshape(-1, ps)
-        positions = np.asarray(self.positions[first * ps : stop * ps]).reshape(-1, ps)
-        for page_tokens, page_positions in zip(tokens, positions):
-            prev = chain_hash(prev, page_tokens, page_positions)
-            keys.append(prev)
+        span = slice(first * ps, stop * ps)
+        keys = chain_keys(self._chain_end(), np.asarray(self.tokens[span]), np.asarray(self.positions[span]), ps)
         mine = self.pages[first:stop]
         kept = self.pool.cache.insert_chain(keys, mine)
         dupes = [p for p, k in zip(mine, kept) if p != k]
@@ -221,7 +253,7 @@ class KvContext:
             self.pool.retain([k for p, k in zip(mine, kept) if p != k])
             self.pool.release(dupes)
             self.pages[first:stop] = kept
-        self.hashes.extend(keys)
+        self._hashes.extend(keys)
 
     def truncate(self, n: int) -> None:
         """Drop the last ``n`` working tokens and free working pages left empty."""
@@ -236,7 +268,7 @@ class KvContext:
         self.length -= n
         del self.tokens[self.length :], self.positions[self.length :]
         self.lineage.truncate(self.length)
-        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
+        self.release_spare()
 
     def _truncate_suspended(self, n: int) -> None:
         if not 0 <= n <= self.working_tokens:
@@ -245,16 +277,16 @@ class KvContext:
         del self.tokens[self.length :], self.positions[self.length :]
         self.lineage.truncate(self.length)
         keep = max(self._pages_for(self.length), self.committed)
-        if self.host_pages and self.host_pool is not None:
-            self.host_pool.release(self.host_pages[keep:])
+        if self.host_pages and self._host_pool is not None:
+            self._host_pool.release(self.host_pages[keep:])
             del self.host_pages[keep:]
-        self._refund(self.suspended_pages - keep)
-        self.suspended_pages = keep
+        self._refund(self._suspended_pages - keep)
+        self._suspended_pages = keep
 
     def release_working(self, n: int) -> None:
         """Free the last ``n`` working pages that hold no tokens."""
         self._check_resident()
-        empty = len(self.pages) - max(self._pages_for(self.length), self.committed)
+        empty = self.spare_pages
         if not 0 <= n <= empty:
             raise InvalidInput(f"only {empty} working pages are empty; cannot release {n}")
         if n:
@@ -280,7 +312,7 @@ class KvContext:
                 reached; nothing changes.
         """
         self._check_live()
-        account = account if account is not None else self.account
+        account = account if account is not None else self._account
         if not (self.resident and resident):
             return self._fork_suspended(account), [], []
         used = self._pages_for(self.length)
@@ -297,7 +329,7 @@ class KvContext:
         child = KvContext(self.pool, account)
         child.length, child.committed = self.length, self.committed
         child.tokens, child.positions = list(self.tokens), list(self.positions)
-        child.hashes, child.shareable, child.salt = list(self.hashes), self.shareable, self.salt
+        child._hashes, child.shareable, child._salt = list(self._hashes), self.shareable, self._salt
         child.lineage = self.lineage.copy()
         return child
 
@@ -309,7 +341,7 @@ class KvContext:
         if account is not None:
             account.charge(need)
         child = self._clone(account)
-        child.resident, child.suspended_pages = False, need
+        child.resident, child._suspended_pages = False, need
         return child
 
     # Suspension. The caller (the market) queues the page copies these return, in order, before
@@ -323,12 +355,12 @@ class KvContext:
         """Suspend to host slots: returns (device pages, host slots) to copy device->host, or None
         (nothing changes) when the host pool is short. The device pages go back to the pool."""
         self._check_resident()
-        self._trim()
+        self.release_spare()  # empty reserved pages are not kept over a suspension
         slots = host.alloc(len(self.pages))
         if slots is None:
             return None
         src = self.pages
-        self.host_pages, self.host_pool = slots, host
+        self.host_pages, self._host_pool = slots, host
         self._suspend()
         return src, slots
 
@@ -337,51 +369,48 @@ class KvContext:
         self._check_resident()
         if not self.lineage.replayable:
             raise PieError("this context's lineage cannot be replayed (a truncation cut a masked pass)")
-        self._trim()
+        self.release_spare()
         self._suspend()
-
-    def _trim(self) -> None:
-        # Empty reserved working pages are not kept over a suspension.
-        self.release_working(len(self.pages) - max(self._pages_for(self.length), self.committed))
 
     def _suspend(self) -> None:
         self.pool.release(self.pages)
-        self.suspended_pages, self.pages, self.resident = len(self.pages), [], False
+        self._suspended_pages, self.pages, self.resident = len(self.pages), [], False
 
-    def restore(self) -> tuple[list[int], list[int], int]:
+    def restore(self) -> tuple[list[int], list[int], int | None]:
         """Take device pages again (raises OutOfPages, changing nothing, when short).
 
         Returns:
             (host slots, device pages) to copy host->device when the context was offloaded, and
-            the first slot a replay must recompute (``length`` when nothing is to replay; before
-            that, pages found in the prefix cache were taken instead of recomputed).
+            the first slot a replay must recompute (None when nothing is to replay; before it,
+            pages found in the prefix cache were taken instead of recomputed).
         """
         self._check_live()
         if self.resident:
             raise PieError("restore of a resident context")
-        found = self.pool.cache.lookup_chain(self.hashes)  # pages nobody needs to compute or copy
+        found = self.pool.cache.lookup_chain(self._hashes)  # pages nobody needs to compute or copy
         self.pool.retain(found)  # before alloc, which may evict idle cached pages
         try:
-            fresh = self.pool.alloc(self.suspended_pages - len(found))
+            fresh = self.pool.alloc(self._suspended_pages - len(found))
         except BaseException:
             self.pool.release(found)
             raise
         self.pages = found + fresh
-        self.resident, self.suspended_pages = True, 0
+        self.resident, self._suspended_pages = True, 0
         if self.host_pages:
             slots, self.host_pages = self.host_pages, []
-            self.host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
+            self._host_pool.release(slots)  # the copy out of them is queued ahead of any reuse
             self._reshare()
-            return slots[len(found) :], fresh, self.length
-        return [], [], len(found) * self.page_size
+            return slots[len(found) :], fresh, None
+        start = len(found) * self.page_size
+        return [], [], start if start < self.length else None
 
     def replayed(self) -> None:
         """The replay of a restored context landed: its committed pages are shareable again."""
         self._reshare()
 
     def _reshare(self) -> None:
-        shared = len(self.hashes)
-        self.hashes = []
+        shared = len(self._hashes)
+        self._hashes = []
         if shared:
             self._share(0, shared)
 
@@ -394,19 +423,19 @@ class KvContext:
         """Return every page to the pool (and host slots to the host pool). Idempotent."""
         if not self.released:
             self.pool.release(self.pages)
-            self._refund(len(self.pages) + self.suspended_pages)
-            if self.host_pool is not None and self.host_pages:
-                self.host_pool.release(self.host_pages)
-            self.pages, self.host_pages, self.suspended_pages = [], [], 0
+            self._refund(len(self.pages) + self._suspended_pages)
+            if self._host_pool is not None and self.host_pages:
+                self._host_pool.release(self.host_pages)
+            self.pages, self.host_pages, self._suspended_pages = [], [], 0
             self.released = True
 
     def _charge(self, n: int) -> None:
-        if self.account is not None:
-            self.account.charge(n)
+        if self._account is not None:
+            self._account.charge(n)
 
     def _refund(self, n: int) -> None:
-        if self.account is not None:
-            self.account.refund(n)
+        if self._account is not None:
+            self._account.refund(n)
 
     def _check_live(self) -> None:
         if self.released:

@@ -51,6 +51,11 @@ class PagePool:
         """Free pages plus pages only the prefix cache holds."""
         return len(self._free) + self.cache.idle_count()
 
+    def can_take(self, n: int) -> bool:
+        """Whether ``n`` pages can be had now: free ones first, so the prefix cache's idle
+        pages (a scan of the cache) are counted only when the free ones are short."""
+        return n <= len(self._free) or n <= self.available_count
+
     def is_whole(self) -> bool:
         """True when no page is held by anyone but the prefix cache."""
         return self.available_count == self.num_pages

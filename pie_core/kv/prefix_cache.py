@@ -18,9 +18,17 @@ import numpy as np
 if TYPE_CHECKING:
     from pie_core.kv.pool import PagePool
 
-__all__ = ["PrefixCache", "ROOT", "chain_hash"]
+__all__ = ["PrefixCache", "ROOT", "chain_hash", "chain_keys", "salted_root"]
 
 ROOT = b"pie-prefix-root"
+
+
+def salted_root(salt: bytes) -> bytes:
+    """The root of the chain of pages computed under ``salt`` (an adapter; b"": the base weights)."""
+    if not salt:
+        return ROOT
+    # A separate hash domain (person), so no page of tokens can hash to a salted root.
+    return hashlib.blake2b(ROOT + salt, digest_size=16, person=b"pie-kv-salt").digest()
 
 
 def chain_hash(prev: bytes, tokens: np.ndarray, positions: np.ndarray) -> bytes:
@@ -29,6 +37,15 @@ def chain_hash(prev: bytes, tokens: np.ndarray, positions: np.ndarray) -> bytes:
     h.update(np.ascontiguousarray(tokens, dtype=np.int32).tobytes())
     h.update(np.ascontiguousarray(positions, dtype=np.int32).tobytes())
     return h.digest()
+
+
+def chain_keys(prev: bytes, tokens: np.ndarray, positions: np.ndarray, page_size: int) -> list[bytes]:
+    """The hashes of the full pages ``tokens``/``positions`` fill, chained on from ``prev``."""
+    keys = []
+    for page_tokens, page_positions in zip(tokens.reshape(-1, page_size), positions.reshape(-1, page_size)):
+        prev = chain_hash(prev, page_tokens, page_positions)
+        keys.append(prev)
+    return keys
 
 
 class PrefixCache:

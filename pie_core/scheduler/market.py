@@ -21,6 +21,7 @@ first, whenever pages are free and nobody waits.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -33,7 +34,7 @@ from pie_core.kv.pool import PagePool
 from pie_core.scheduler.auction import clear
 from pie_core.scheduler.credits import PRICE, Ledger, Wallet
 
-__all__ = ["DEFAULT_REMAINING", "Holder", "Market", "default_bid"]
+__all__ = ["DEFAULT_REMAINING", "Grant", "Holder", "Market", "default_bid"]
 
 DEFAULT_REMAINING = 256
 """Tokens a context is expected to still produce when no generator said (horizon/max_tokens)."""
@@ -58,6 +59,16 @@ def default_bid(balance: float, pages: float, remaining: float, page_size: int, 
     return max(0.0, budget / held if held > 0 else budget)
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What :meth:`Market.admit` granted a pass: ``pages`` working pages reserved, and, when the
+    context was restored without its pages, the first slot its caller must replay
+    (``replay_from``; None: nothing to replay)."""
+
+    pages: int
+    replay_from: int | None = None
+
+
 class Holder:
     """A context (or snapshot) in the market and what it bids."""
 
@@ -70,8 +81,7 @@ class Holder:
         self.busy = False  # in a pass: never moved
         self.preempt: Callable[[], None] | None = None  # drops passes run ahead: call before moving it
         self.wanted = -1  # new pages a waiting pass asks for (-1: not waiting)
-        self.granted: asyncio.Future[None] | None = None
-        self.replay_from: int | None = None  # restored by a grant; slots from here need a replay
+        self.granted: asyncio.Future[Grant] | None = None
         self.parked = False  # suspended by its inferlet: restored by its next pass only
         self.rent = 0.0  # the price per page due at the last tick (it paid at most its bid)
         self.order = 0  # arrival order among waiters (earlier wins ties)
@@ -79,7 +89,7 @@ class Holder:
     @property
     def pages(self) -> int:
         """Pages it holds, or would take back when restored."""
-        return len(self.kv.pages) if self.kv.resident else self.kv.suspended_pages
+        return self.kv.held_pages
 
     def bid(self) -> float:
         if self.wallet is None or self.idle:
@@ -149,29 +159,31 @@ class Market:
 
     # Passes.
 
-    async def admit(self, holder: Holder, new: int) -> None:
+    async def admit(self, holder: Holder, new: int) -> Grant:
         """Wait until ``holder`` is resident with ``new`` more working pages reserved, and mark it
-        busy (call :meth:`done` after the pass). ``holder.replay_from`` says whether the caller
-        must replay the lineage first.
+        busy (call :meth:`done` after the pass).
+
+        Returns:
+            The grant: whether the caller must replay the lineage first, and from which slot.
 
         Raises:
             OutOfPages: The context needs more pages than the pool has, or its user's quota.
         """
-        kv = holder.kv
         if holder.pages + new > self.pool.num_pages:
             raise OutOfPages(
                 f"this context needs {holder.pages + new} KV pages but the pool has {self.pool.num_pages}; "
                 "shorten it, or start the engine with more pages (--kv-pages)"
             )
-        if self.admit_now(holder, new):
-            return
+        grant = self.admit_now(holder, new)
+        if grant is not None:
+            return grant
         holder.wanted = new
         holder.order, self._arrivals = self._arrivals, self._arrivals + 1
         holder.granted = asyncio.get_running_loop().create_future()
         self.waiters.append(holder)
         self.poke()  # one auction once this round of passes has queued, not one per arrival
         try:
-            await holder.granted
+            grant = await holder.granted
         except BaseException:
             if holder in self.waiters:
                 self.waiters.remove(holder)
@@ -180,14 +192,14 @@ class Market:
             holder.wanted, holder.granted = -1, None
             raise
         holder.wanted, holder.granted = -1, None
+        return grant
 
-    def admit_now(self, holder: Holder, new: int) -> bool:
+    def admit_now(self, holder: Holder, new: int) -> Grant | None:
         """:meth:`admit` when it needs no wait (the context is resident and the pages are free
-        for it): True, and the holder is busy; False, and nothing changed, otherwise."""
+        for it): the grant, and the holder is busy; None, and nothing changed, otherwise."""
         if holder.kv.resident and (new == 0 or self._fits_now(holder, new)):
-            self._grant(holder, new)
-            return True
-        return False
+            return self._grant(holder, new)
+        return None
 
     def reserve_now(self, holder: Holder, new: int) -> bool:
         """Reserve ``new`` pages for a pass run ahead (paid like any page) if the context is
@@ -203,7 +215,7 @@ class Market:
 
     def _fits_now(self, holder: Holder, new: int) -> bool:
         # Free pages go to a newcomer unless someone bidding more is already waiting for them.
-        if self.pool.available_count < new:
+        if not self.pool.can_take(new):
             return False
         return not self.waiters or holder.bid() >= max(h.bid() for h in self.waiters)
 
@@ -211,37 +223,36 @@ class Market:
         """The holder's pass ended: it may be moved again, and its set_bid override is spent."""
         holder.busy = False
         holder.override = None
-        holder.replay_from = None
         if self.waiters:
             self.poke()
 
-    def _grant(self, holder: Holder, new: int) -> None:
+    def _grant(self, holder: Holder, new: int) -> Grant:
         kv = holder.kv
         holder.parked = False
+        replay_from = None
         if not kv.resident:
-            slots, pages, start = kv.restore()
+            slots, pages, replay_from = kv.restore()
             if slots:
                 self.copy(CopyKind.HOST_TO_DEVICE, slots, pages)
-            elif start < kv.length:
-                holder.replay_from = start
+            elif replay_from is not None:
                 self.replays += 1
         if new:
             kv.reserve(new)
             if holder.wallet is not None:
                 self.ledger.burn(holder.wallet, new)
         holder.busy = True
+        return Grant(new, replay_from)
 
     def _try_grant(self, holder: Holder) -> bool:
-        need = holder.wanted + (0 if holder.kv.resident else holder.kv.suspended_pages)
-        if self.pool.available_count < need:
+        if not self.pool.can_take(holder.wanted + holder.kv.restore_pages):
             return False
         self.waiters.remove(holder)
         try:
-            self._grant(holder, holder.wanted)
+            grant = self._grant(holder, holder.wanted)
         except PieError as exc:  # e.g. the user's page quota
             holder.granted.set_exception(exc)
             return True
-        holder.granted.set_result(None)
+        holder.granted.set_result(grant)
         return True
 
     # Suspension.
@@ -280,23 +291,23 @@ class Market:
 
     def _movable(self, holder: Holder) -> bool:
         kv = holder.kv
-        if holder.busy or not kv.resident or not kv.pages:
+        if holder.busy or not kv.resident or not kv.held_pages:
             return False
-        return self.host.free_count >= len(kv.pages) or self.replayable(kv)
+        return self.host.free_count >= kv.held_pages or self.replayable(kv)
 
     def take_now(self, n: int, bid: float) -> bool:
         """Make ``n`` pages available without waiting (for forks and snapshots, which cannot
         wait): suspend idle holders bidding below ``bid``, lowest first. False if not enough."""
-        if self.pool.available_count >= n:
+        if self.pool.can_take(n):
             return True
         for holder in sorted(self._live(), key=lambda h: h.bid()):
             if holder.bid() >= bid:
                 break
             if self._movable(holder):
                 self.suspend(holder)
-                if self.pool.available_count >= n:
+                if self.pool.can_take(n):
                     return True
-        return self.pool.available_count >= n
+        return self.pool.can_take(n)
 
     # Auctions.
 
@@ -340,12 +351,12 @@ class Market:
             won, self.price = clear(bids[keep], weights[keep], capacity, incumbent[keep])
             winners[keep] = won
         granted = sorted((h for h, w in zip(bidders, winners) if w and h in self.waiters), key=lambda h: (-h.bid(), h.order))
-        short = sum(h.wanted + (0 if h.kv.resident else h.kv.suspended_pages) for h in granted) - self.pool.available_count
+        short = sum(h.wanted + h.kv.restore_pages for h in granted) - self.pool.available_count
         # Losers give up their pages, lowest bid first, only as far as the winners need them.
         for holder in sorted((h for h, w in zip(bidders, winners) if not w), key=lambda h: (h.bid(), -h.order)):
             if short <= 0:
                 break
-            if holder.kv.resident and holder.kv.pages:
+            if holder.kv.resident and holder.kv.held_pages:
                 before = self.pool.available_count
                 if self.suspend(holder):
                     short -= self.pool.available_count - before
@@ -357,7 +368,7 @@ class Market:
 
     def _restore_quietly(self) -> None:
         for holder in sorted(self._restorable(), key=lambda h: -h.bid()):
-            if self.pool.available_count < holder.kv.suspended_pages:
+            if not self.pool.can_take(holder.kv.restore_pages):
                 break
             slots, pages, _ = holder.kv.restore()
             self.copy(CopyKind.HOST_TO_DEVICE, slots, pages)
@@ -381,8 +392,8 @@ class Market:
         payments = []
         for holder in self._live():
             holder.rent = price
-            if price > 0 and holder.wallet is not None and holder.kv.resident and holder.kv.pages:
-                payments.append((holder.wallet, min(holder.bid(), price) * len(holder.kv.pages)))
+            if price > 0 and holder.wallet is not None and holder.kv.resident and holder.kv.held_pages:
+                payments.append((holder.wallet, min(holder.bid(), price) * holder.kv.held_pages))
         self.ledger.rent(payments)
 
     def is_whole(self) -> bool:

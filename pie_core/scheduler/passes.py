@@ -4,8 +4,9 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
 :class:`Pass`; from there the scheduler owns it:
 
 1. The market admits the context (:meth:`Market.admit`): it is made resident (restored from
-   the host pool, or marked for replay) with the pages the pass may write reserved.
-2. A context restored without its pages is rebuilt by replaying its lineage.
+   the host pool, or without its pages) with the pages the pass may write reserved.
+2. A context restored without its pages is rebuilt by replaying its lineage from the slot the
+   grant names.
 3. Leading full pages found in the prefix cache are adopted instead of computed.
 4. The rest runs in chunks of at most ``max_batch_tokens`` through the batcher; each landed
    chunk is recorded in the context (with its mask and tag, for later replays).
@@ -15,8 +16,10 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
 :func:`queue_unrecorded` queues a one-chunk pass without recording it, at or beyond the
 context's length: its caller records it later (:func:`record`) or forgets it. Run-ahead
 (``pie_core.host.ahead``) runs a context's next decode steps that way before the inferlet asks
-for them. Run-ahead (``pie_core.host.ahead``) runs a decode step that
-way before the inferlet asks for it.
+for them.
+
+The path is one-way: this module asks the context (:class:`KvContext`) for page counts and the
+market for a grant, and reads nothing either leaves behind.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pie_core.kv.context import KvContext
 from pie_core.scheduler.market import Holder
 from pie_core.scheduler.request import ForwardRequest, ProbeSpec, RequestOutput, SampleSpec
 
-__all__ = ["Tag", "Pass", "run_pass", "queue_unrecorded", "record", "release_spare", "spare_pages", "tag_valid"]
+__all__ = ["Tag", "Pass", "run_pass", "queue_unrecorded", "record", "tag_valid"]
 
 _Spec = TypeVar("_Spec", SampleSpec, ProbeSpec)
 
@@ -81,18 +84,20 @@ async def run_pass(model: Any, holder: Holder, p: Pass) -> RequestOutput:
         BackendError: The backend failed; nothing of the failed chunk is recorded.
     """
     kv = holder.kv
-    spare = await _admit(model, holder, len(p.ids))
+    spare = kv.spare_pages  # kept after the pass; those it reserves and leaves empty go back
+    grant = await model.market.admit(holder, kv.pages_needed(len(p.ids)))
     first_draft = kv.length + len(p.ids) - p.drafts
     try:
-        if holder.replay_from is not None:
-            await _replay(model, kv, holder.replay_from)
+        if grant.replay_from is not None:
+            await _replay(model, kv, grant.replay_from)
         return await _run(model, kv, p)
     except BaseException:
         if p.drafts and not kv.released and kv.length > first_draft:  # drafts of landed chunks go
             kv.settle(kv.length - first_draft)
         raise
     finally:
-        _finish(model, holder, spare)
+        kv.release_spare(spare)
+        model.market.done(holder)  # the context may move again
 
 
 def queue_unrecorded(model: Any, holder: Holder, p: Pass, at: int) -> asyncio.Future[RequestOutput] | None:
@@ -106,7 +111,7 @@ def queue_unrecorded(model: Any, holder: Holder, p: Pass, at: int) -> asyncio.Fu
     its batch fires takes the pass out of it.
     """
     kv = holder.kv
-    if not model.market.reserve_now(holder, max(0, -(-(at + len(p.ids)) // kv.page_size) - len(kv.pages))):
+    if not model.market.reserve_now(holder, kv.pages_needed(len(p.ids), at)):
         return None
     plan = kv.plan_write(len(p.ids), at)
     return model.batcher.enqueue(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
@@ -118,38 +123,6 @@ def record(kv: KvContext, p: Pass, hold: int = 0) -> None:
     holding the last ``hold`` tokens of the context, which stay working (truncatable)."""
     salt = b"" if p.tag is None else p.tag.salt
     kv.advance(p.ids.tolist(), p.pos.tolist(), None, hold, salt, p.tag)
-
-
-def release_spare(kv: KvContext, spare: int) -> None:
-    """Give back the empty working pages beyond the ``spare`` ones the context held before
-    passes reserved more."""
-    if not kv.released and kv.resident:
-        empty = spare_pages(kv)
-        if empty > spare:
-            kv.release_working(empty - spare)
-
-
-async def _admit(model: Any, holder: Holder, n: int) -> int:
-    """Admit a pass of ``n`` tokens; the context's spare pages before it (those it keeps)."""
-    spare = spare_pages(holder.kv)
-    await model.market.admit(holder, _new_pages(holder.kv, n))
-    return spare
-
-
-def spare_pages(kv: KvContext) -> int:
-    """Empty working pages the context holds (reserved ahead of use)."""
-    return len(kv.pages) - max(-(-kv.length // kv.page_size), kv.committed) if kv.resident else 0
-
-
-def _new_pages(kv: KvContext, n: int) -> int:
-    """Pages a pass of ``n`` more tokens needs beyond those the context holds (or held)."""
-    return max(0, -(-(kv.length + n) // kv.page_size) - max(len(kv.pages), kv.suspended_pages))
-
-
-def _finish(model: Any, holder: Holder, spare: int) -> None:
-    """After a pass: the pages it reserved and did not fill go back; the context may move again."""
-    release_spare(holder.kv, spare)
-    model.market.done(holder)
 
 
 async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
@@ -202,26 +175,23 @@ def _request(p: Pass, plan: Any, ids: np.ndarray, pos: np.ndarray, samples: tupl
 
 async def _replay(model: Any, kv: KvContext, start: int) -> None:
     """Recompute slots ``[start, length)`` from the lineage (no samples, nothing recorded)."""
-    tokens = np.asarray(kv.tokens, dtype=np.int32)
-    positions = np.asarray(kv.positions, dtype=np.int32)
-    ps = kv.page_size
-    for run in kv.lineage.chunks(start, model.caps.max_batch_tokens):
-        if not tag_valid(run.tag):
+    for step in kv.replay(start, model.caps.max_batch_tokens):
+        tag = step.run.tag
+        if not tag_valid(tag):
             raise PieError(
                 "this context was suspended and cannot be rebuilt: an adapter it ran under was released or "
                 "updated since; keep the adapter (or run the context on the host pool: --host-pages)"
             )
-        used = -(-run.stop // ps)
         await model.batcher.submit(
             ForwardRequest(
-                token_ids=tokens[run.start : run.stop],
-                positions=positions[run.start : run.stop],
-                page_ids=np.asarray(kv.pages[:used], dtype=np.int32),
-                last_page_len=run.stop - (used - 1) * ps,
-                write_slots=np.arange(run.start, run.stop, dtype=np.int32),
-                attention_mask=run.mask_rows(),
-                adapter_id=-1 if run.tag is None else run.tag.adapter_id,
-                zo_seed=0 if run.tag is None else run.tag.zo_seed,
+                token_ids=step.token_ids,
+                positions=step.positions,
+                page_ids=step.plan.page_ids,
+                last_page_len=step.plan.last_page_len,
+                write_slots=step.plan.write_slots,
+                attention_mask=step.run.mask_rows(),
+                adapter_id=-1 if tag is None else tag.adapter_id,
+                zo_seed=0 if tag is None else tag.zo_seed,
             )
         )
     kv.replayed()

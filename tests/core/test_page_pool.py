@@ -65,3 +65,14 @@ def test_pool_accounting_never_leaks(ops):
             assert pool.refcount(page) == holders.count(page)
     pool.release(holders)
     assert pool.is_whole()
+
+
+def test_can_take_counts_free_pages_and_pages_only_the_prefix_cache_holds():
+    pool = PagePool(4, 2)
+    held = pool.alloc(3)
+    pool.cache.insert_chain([b"k0", b"k1"], held[:2])  # the cache holds them too
+    assert pool.can_take(1) and not pool.can_take(2)
+    pool.release(held)  # held[:2] are left to the cache alone: idle, available
+    assert pool.free_count == 2 and pool.can_take(4) and not pool.can_take(5)
+    pool.alloc(4)  # takes the free pages, then evicts the idle ones
+    assert not pool.can_take(1)

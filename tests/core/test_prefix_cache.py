@@ -155,3 +155,13 @@ def test_any_sequence_of_shared_prompts_leaves_the_pool_whole(ops):
     for ctx in live:
         ctx.release()
     assert pool.is_whole()
+
+
+def test_chain_keys_hash_each_full_page_on_the_one_before():
+    from pie_core.kv.prefix_cache import ROOT, chain_hash, chain_keys, salted_root
+
+    tokens, positions = np.arange(100, 108, dtype=np.int32), np.arange(8, dtype=np.int32)
+    first = chain_hash(ROOT, tokens[:4], positions[:4])
+    assert chain_keys(ROOT, tokens, positions, PS) == [first, chain_hash(first, tokens[4:], positions[4:])]
+    assert chain_keys(ROOT, tokens[:0], positions[:0], PS) == []
+    assert salted_root(b"") == ROOT and salted_root(b"lora") not in (ROOT, salted_root(b"lorb"))

@@ -103,9 +103,9 @@ def test_without_host_room_the_loser_is_dropped_and_replayed_on_restore():
         market.done(b)
         b.kv.release()
         market.leave(b.kv)
-        await market.admit(a, 0)  # a's next pass: restored, to be replayed
+        grant = await market.admit(a, 0)  # a's next pass: restored, to be replayed
         # b's pages evicted a's last cached page; its first two full pages came back from the cache.
-        assert a.kv.resident and a.replay_from == 8
+        assert a.kv.resident and grant.replay_from == 8
         market.done(a)
 
     asyncio.run(go())
@@ -156,11 +156,12 @@ def test_parked_contexts_come_back_on_their_next_pass_with_a_host_copy():
     assert not a.kv.resident  # parked: not restored while idle
 
     async def go():
-        await market.admit(a, 0)
+        grant = await market.admit(a, 0)
         market.done(a)
+        return grant
 
-    asyncio.run(go())
-    assert a.kv.resident and a.replay_from is None
+    grant = asyncio.run(go())
+    assert a.kv.resident and grant.replay_from is None
     assert [c[0] for c in copies] == [CopyKind.DEVICE_TO_HOST, CopyKind.HOST_TO_DEVICE]
     # Committed pages still in the prefix cache are taken back as they are; only the rest is copied.
     assert copies[0][1] == pages and copies[1][1] == copies[0][2][2:] and a.kv.pages[:2] == pages[:2]
@@ -267,9 +268,9 @@ async def _fill_or_give_up(market, holder, n, turns=20):
 
 
 async def _fill_async(market, holder, n):
-    await market.admit(holder, max(0, -(-(holder.kv.length + n) // PS) - max(len(holder.kv.pages), holder.kv.suspended_pages)))
+    grant = await market.admit(holder, holder.kv.pages_needed(n))
     try:
-        if holder.replay_from is not None:
+        if grant.replay_from is not None:
             holder.kv.replayed()
         holder.kv.plan_write(n)
         base = next(_BASE)
@@ -346,3 +347,38 @@ def test_a_restore_that_cannot_get_its_pages_changes_nothing():
         a.kv.restore()
     assert (market.pool.refs_of(np.arange(8)) == refs).all() and not a.kv.resident
     _finish(market, a, b)
+
+
+def test_admission_returns_what_it_granted():
+    market, _ = _market(pages=8, host=8)
+    a = _holder(market, "a", tokens=6)
+
+    async def go():
+        grant = await market.admit(a, 2)
+        market.done(a)
+        return grant
+
+    grant = asyncio.run(go())
+    assert (grant.pages, grant.replay_from) == (2, None) and len(a.kv.pages) == 4
+    _finish(market, a)
+
+
+def test_a_suspended_waiter_waits_for_the_pages_its_restore_takes():
+    market, _ = _market(pages=8, host=8)
+    a = _holder(market, "a", bid=1.0, tokens=12)
+    market.park(a)  # 3 pages to the host; its cached copies are evicted by b
+    b = _holder(market, "b", bid=5.0, tokens=32)
+    assert market.pool.free_count == 0 and not a.kv.resident
+
+    async def go():
+        task = asyncio.create_task(market.admit(a, 0))  # a's next pass: no new page, 3 to restore
+        await asyncio.sleep(0.01)
+        assert not task.done() and a in market.waiters  # outbid and short: waits, neither granted nor failed
+        b.kv.release()
+        market.leave(b.kv)
+        await task
+        market.done(a)
+
+    asyncio.run(go())
+    assert a.kv.resident
+    _finish(market, a)
