@@ -230,7 +230,8 @@ async def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any
     options = list(args.backend_option)
     server = ServeProcess(args.isolation, workdir, {}, None, options, dummy=not args.real)
     await server.start(timeout=600)
-    pairs = [p for p in PAIRS if args.text or p[0] != "text inferlet"]
+    pairs = [p for p in PAIRS if (args.text or p[0] != "text inferlet")
+             and (args.completion or p[0] != "completion inferlet")]
     rows = []
     try:
         for side in {s for p in pairs for s in p}:  # warm-up: first launches import the SDK, build tables
@@ -291,6 +292,8 @@ def main() -> int:
     parser.add_argument("--isolation", choices=["inprocess", "process", "wasm"], default="inprocess")
     parser.add_argument("--real", action="store_true", help="the default model on the default backend, not the dummy")
     parser.add_argument("--text", action="store_true", help="also the text-transcript pair (/v1/completions)")
+    parser.add_argument("--no-completion", dest="completion", action="store_false",
+                        help="leave out the plain-completion pair")
     parser.add_argument("--backend-option", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to pie serve, e.g. step_ms=10 (repeatable)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default: 900)")
