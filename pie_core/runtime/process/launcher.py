@@ -26,7 +26,7 @@ from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
 from pie_core.errors import PieError
 from pie_core.host import runtime as host_runtime
-from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.host.binding import HostInstance, bind, run_off_loop, unbind
 from pie_core.runtime import host_api
 from pie_core.runtime.instance import _jsonable
 from pie_core.runtime.library import find_program
@@ -41,6 +41,7 @@ _log = logging.getLogger(__name__)
 
 MAX_CALLS = 128  # host calls one worker may have in flight; past it the engine stops reading its pipe
 MAX_UNREAD = 16 * 2**20  # bytes of replies a worker may leave unread before the engine stops reading its calls
+INLINE_DECODE_BYTES = 16 * 2**10  # frames up to this size are decoded on the event loop (a few ms at most)
 MAX_HANDLES = 2**16  # engine objects one worker may hold
 _MAX_ERROR = 16 * 1024  # characters of a worker's error text that reach the client
 
@@ -188,7 +189,11 @@ class _Session:
                 try:
                     (size,) = HEADER.unpack(await self.worker.stdout.readexactly(HEADER.size))
                     check_frame_size(size)
-                    msg = self.codec.decode(await self.worker.stdout.readexactly(size))
+                    payload = await self.worker.stdout.readexactly(size)
+                    # a frame's containers cost ~2 us each to check (up to MAX_CONTAINERS: seconds); past a
+                    # few thousand the decode runs in an off-loop thread, on this user's turn
+                    msg = self.codec.decode(payload) if size <= INLINE_DECODE_BYTES else \
+                        await run_off_loop(self.codec.decode, payload)
                     final = self.dispatch(msg, on_started)
                 except asyncio.IncompleteReadError:
                     return Event("error", _death(await self.worker.wait()))

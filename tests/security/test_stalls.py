@@ -1,0 +1,110 @@
+"""Nothing one user sends stalls the server for the others: grammar compilation reached through
+the HTTP ``tools`` path and ``response_format``, large request bodies, and values with shared
+references on a worker's pipe are all handled off the event loop, bounded, while ``/health``
+and alice keep being answered within 0.5 s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from hostile import Served, victim_is_served, write_program
+from pie_core.client import connect
+from pie_core.runtime.launcher import InProcessLauncher
+from stall import worst_health_during
+from test_http import CHAT, post
+
+PATTERN_TOOLS = [{"type": "function", "function": {
+    "name": "spell", "description": "x",
+    "parameters": {"type": "object", "properties": {"w": {"type": "string", "pattern": "(a|b|c|d){1,2000}x"}},
+                   "required": ["w"]}}}]
+LAUNCHERS = {"in-process": lambda: InProcessLauncher(), "process": lambda: "process"}
+
+
+def _chat(extra: dict) -> dict:
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
+
+
+@pytest.mark.parametrize("runner", sorted(LAUNCHERS))
+@pytest.mark.parametrize("attack", ["tools-required", "response-format"])
+def test_a_slow_grammar_over_http_does_not_stall_other_users(hostile, runner: str, attack: str) -> None:
+    if attack == "tools-required":
+        body = _chat({"tools": PATTERN_TOOLS, "tool_choice": "required"})
+    else:
+        schema = PATTERN_TOOLS[0]["function"]["parameters"]
+        body = _chat({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+
+    async def scenario(s: Served) -> None:
+        await victim_is_served(s)  # warm: alice's program installed, the zygote up
+        worst, (status, reply) = await worst_health_during(s, post(s, CHAT, body, s.tokens["mallory"]))
+        assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's grammar compiled"
+        assert status in (200, 400), reply
+        assert await victim_is_served(s) < 0.5
+
+    hostile(scenario, launcher=LAUNCHERS[runner]())
+
+
+@pytest.mark.parametrize("runner", sorted(LAUNCHERS))
+def test_a_large_tools_body_is_parsed_off_the_loop_and_refused_before_any_grammar(hostile, runner: str) -> None:
+    tool = PATTERN_TOOLS[0]["function"]
+    tools = [{"type": "function", "function": {**tool, "name": f"t{i}", "description": "d" * 28_000}}
+             for i in range(128)]
+    body = json.dumps(_chat({"tools": tools, "tool_choice": "required"})).encode()
+    assert 3_500_000 < len(body) < 4 * 2**20
+
+    async def scenario(s: Served) -> None:
+        await victim_is_served(s)
+        worst, (status, reply) = await worst_health_during(s, post(s, CHAT, body, s.tokens["mallory"]))
+        assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's {len(body)}-byte body was handled"
+        assert status == 400 and reply["error"]["param"] == "tools", reply
+        assert await victim_is_served(s) < 0.5
+
+    hostile(scenario, launcher=LAUNCHERS[runner]())
+
+
+SHARER = '''
+import gc
+from inferlet import session
+
+
+def shared(depth):
+    value = [1]
+    for _ in range(depth):
+        value = [value, value]  # one list referenced twice at every level: 2**depth lists once encoded
+    return value
+
+
+async def main(input):
+    session.send("holding")
+    if input["how"] == "argument":  # a raw call frame: the SDK's own argument checks are skipped
+        link = next(o for o in gc.get_objects() if type(o).__name__ == "_Link")
+        link.send(["call", 999, "session", "send", [shared(input["depth"])]])
+    return shared(input["depth"])
+'''
+
+
+@pytest.mark.parametrize("how", ["argument", "return"])
+@pytest.mark.parametrize("depth", [19, 21, 23])
+def test_values_with_shared_references_on_the_worker_pipe_do_not_stall_the_server(hostile, tmp_path: Path,
+                                                                                 depth: int, how: str) -> None:
+    program = write_program(tmp_path / "sharer", SHARER, name="sharer",
+                            parameters='how = { type = "string" }\ndepth = { type = "int" }')
+
+    async def scenario(s: Served) -> None:
+        await victim_is_served(s)
+        async with await connect(s.url, s.tokens["mallory"]) as mallory:
+            name = await mallory.install(program)
+
+            async def attack() -> list:
+                proc = await mallory.launch(name, {"how": how, "depth": depth})
+                return [e async for e in proc.events()]
+
+            worst, events = await worst_health_during(s, attack())
+        assert worst < 0.5, f"/health waited {worst:.2f}s while the server decoded mallory's {depth}-deep value"
+        assert events[-1].kind == "error", events[-1]  # refused: too many containers, or too large to send
+        assert await victim_is_served(s) < 0.5
+
+    hostile(scenario)
