@@ -26,6 +26,7 @@ from pie_core.server.connection import ClientSession
 from pie_core.server.cors import CorsPolicy
 from pie_core.server.http import MAX_BODY, Admission, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
 from pie_core.server.latency import RequestMetrics
+from pie_core.server.memory import MemoryWatch
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
 from pie_core.server.quotas import ConnectionCounts, Quotas
@@ -103,6 +104,7 @@ class PieServer:
         self._server: Server | None = None
         self._connections: HttpConnections | None = None
         self._status_task: asyncio.Task[None] | None = None
+        self._memory_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
     @property
@@ -135,6 +137,9 @@ class PieServer:
             logger=log,
         )
         self._status_task = asyncio.get_running_loop().create_task(self._status_loop(), name="pie-status")
+        if MemoryWatch.applies(self.processes.launcher):
+            watch = MemoryWatch(self.processes.launcher, lambda: self.processes.quotas)
+            self._memory_task = asyncio.get_running_loop().create_task(watch.run(), name="pie-memory")
 
     async def serve_until_signalled(self) -> None:
         """Run until SIGTERM/SIGINT, then :meth:`close`."""
@@ -162,6 +167,8 @@ class PieServer:
         deadline = loop.time() + CLOSE_S - 1.0  # the last second is for aborting and the engine
         if self._status_task is not None:
             self._status_task.cancel()
+        if self._memory_task is not None:
+            self._memory_task.cancel()
         if self._server is not None:
             self._server.server.close()  # stop accepting; open connections still get their last events
             if self._connections is not None:

@@ -63,6 +63,14 @@ class ProcessLauncher:
         coro = self._run(manifest, args, instance)
         return asyncio.get_running_loop().create_task(coro, name=f"pie-worker-{manifest.name}-{instance.id}")
 
+    def workers_of(self, user: str) -> list[WorkerProcess]:
+        """The running workers of ``user``'s inferlets (spawned children included)."""
+        return [w for w in self.workers if w.user == user and w.running]
+
+    def users(self) -> set[str]:
+        """Users with a running worker."""
+        return {w.user for w in self.workers if w.user is not None and w.running}
+
     def warm_up(self) -> None:
         """Start the zygote now (in the background) rather than on the first launch."""
         self.spawner.warm_up()
@@ -79,7 +87,7 @@ class ProcessLauncher:
         final = Event("error", "cancelled")
         try:
             try:
-                final = await self._launch(manifest, args, started, inst.emit)
+                final = await self._launch(manifest, args, started, inst.emit, inst.username)
             except asyncio.CancelledError as exc:
                 final = Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled")
                 raise
@@ -101,7 +109,7 @@ class ProcessLauncher:
                     self.workers.discard(worker)
 
     async def _launch(self, manifest: Manifest, args: dict[str, Any], started: list[WorkerProcess],
-                      emit: Callable[[Event], None]) -> Event:
+                      emit: Callable[[Event], None], user: str | None = None) -> Event:
         payload = manifest.validate_input(args)
         first = {"name": manifest.name, "entry": manifest.entry, "root": str(manifest.root), "input": payload,
                  "limits": dataclasses.asdict(self.limits), "scratch": host_runtime.scratch_dir()}
@@ -111,6 +119,7 @@ class ProcessLauncher:
         try:
             async with asyncio.timeout(self.limits.start_s or None) as deadline:
                 worker = await self.spawner.start_worker()
+                worker.user = user
                 started.append(worker)
                 self.workers.add(worker)
 
@@ -196,7 +205,8 @@ class _Session:
                         await run_off_loop(self.codec.decode, payload)
                     final = self.dispatch(msg, on_started)
                 except asyncio.IncompleteReadError:
-                    return Event("error", _death(await self.worker.wait()))
+                    code = await self.worker.wait()
+                    return Event("error", self.worker.kill_reason or _death(code))
                 except ProtocolError as exc:
                     return Event("error", f"killed: the inferlet's worker broke the host protocol: {exc}")
                 if final is not None:
