@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # wasm_helpers
 
 from hostile import Served, victim_is_served, write_program
 from pie_core.client import connect
@@ -21,7 +24,16 @@ PATTERN_TOOLS = [{"type": "function", "function": {
     "name": "spell", "description": "x",
     "parameters": {"type": "object", "properties": {"w": {"type": "string", "pattern": "(a|b|c|d){1,2000}x"}},
                    "required": ["w"]}}}]
-LAUNCHERS = {"in-process": lambda: InProcessLauncher(), "process": lambda: "process"}
+def _wasm() -> object:
+    from wasm_helpers import shared_launcher
+
+    from pie_core.runtime.wasm.host import GuestLimits
+    from pie_core.runtime.wasm.launcher import WasmLauncher
+
+    return WasmLauncher(GuestLimits(wall_s=30.0, memory_mb=512), host=asyncio.run(shared_launcher().host()))
+
+
+LAUNCHERS = {"in-process": lambda: InProcessLauncher(), "process": lambda: "process", "wasm": _wasm}
 
 
 def _chat(extra: dict) -> dict:
@@ -86,7 +98,7 @@ async def main(input):
 '''
 
 
-@pytest.mark.parametrize("how", ["argument", "return"])
+@pytest.mark.parametrize("how", ["argument", "return", "wasm-return"])
 @pytest.mark.parametrize("depth", [19, 21, 23])
 def test_values_with_shared_references_on_the_worker_pipe_do_not_stall_the_server(hostile, tmp_path: Path,
                                                                                  depth: int, how: str) -> None:
@@ -99,12 +111,26 @@ def test_values_with_shared_references_on_the_worker_pipe_do_not_stall_the_serve
             name = await mallory.install(program)
 
             async def attack() -> list:
-                proc = await mallory.launch(name, {"how": how, "depth": depth})
-                return [e async for e in proc.events()]
+                proc = await mallory.launch(name, {"how": how.removeprefix("wasm-"), "depth": depth})
+                try:
+                    return [e async for e in proc.events()]
+                except ConnectionError as exc:  # a return value past the client's 8 MiB frames (wasm copies it whole)
+                    assert "message too big" in str(exc) and how.startswith("wasm"), exc
+                    return []
 
             worst, events = await worst_health_during(s, attack())
-        assert worst < 0.5, f"/health waited {worst:.2f}s while the server decoded mallory's {depth}-deep value"
-        assert events[-1].kind == "error", events[-1]  # refused: too many containers, or too large to send
+        assert worst < 0.5, f"/health waited {worst:.2f}s while the server handled mallory's {depth}-deep value"
+        assert not events or events[-1].kind == "error", events[-1]  # refused: too many containers, or too large
         assert await victim_is_served(s) < 0.5
 
-    hostile(scenario)
+    hostile(scenario, **({"launcher": _wasm()} if how.startswith("wasm") else {}))
+
+
+def test_a_wasm_return_value_is_bounded_by_counting_outside_its_strings() -> None:
+    from pie_core.runtime.wasm.host import MAX_RETURN_CONTAINERS, _returned
+
+    brackets_in_text = json.dumps({"code": "[{" * MAX_RETURN_CONTAINERS})
+    assert _returned(brackets_in_text).ok  # brackets inside a string are not containers
+    nested = json.dumps([[1]] * (MAX_RETURN_CONTAINERS + 1))
+    refused = _returned(nested)
+    assert not refused.ok and "lists and dicts" in refused.value

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -53,6 +54,16 @@ __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S", "live_stores"]
 
 TICK_S = 0.05
 """Seconds between epoch ticks: how late a guest past its deadline may still run."""
+
+MAX_RETURN_BYTES = 8 * 2**20
+"""Largest JSON text of ``main``'s value (what a client takes in one frame by default)."""
+MAX_RETURN_CONTAINERS = 2**16
+"""Most lists and dicts in ``main``'s value (as in one of the process runner's frames): a
+value sharing one list at every level (``x = [x, x]`` twenty times) is 2**20 of them once
+copied out of the guest."""
+MAX_RETURN_VALUES = 2**20
+"""Most values in ``main``'s value: parsing each costs the GIL ~0.1 us."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 _STORES = [0]  # stores open now: one per guest still in WasmHost.run
 _STORES_LOCK = threading.Lock()
@@ -162,7 +173,26 @@ class WasmHost:
                 _STORES[0] -= 1
         if outcome.tag != "ok":  # result<string, string>: both cases are str, so wasmtime tags them
             return GuestResult(False, outcome.payload)
-        return GuestResult(True, json.loads(outcome.payload))
+        return _returned(outcome.payload)
+
+
+def _returned(payload: str) -> GuestResult:
+    """``main``'s value from its JSON text, bounded before it is parsed: parsing holds the GIL
+    (the engine's loop waits meanwhile), so the text's size, lists and dicts, and values are
+    counted first, outside its strings, by C scans of the text."""
+    if len(payload) > MAX_RETURN_BYTES:
+        return GuestResult(False, f"main's value takes {len(payload)} bytes as JSON, over the {MAX_RETURN_BYTES} an "
+                                  "inferlet may return; send large data with session.send_file")
+    counted = payload
+    for _ in range(2):  # first the raw text; when over, the text without its strings (exact for JSON)
+        containers = counted.count("[") + counted.count("{")
+        values = containers + counted.count(",")
+        if containers <= MAX_RETURN_CONTAINERS and values <= MAX_RETURN_VALUES:
+            return GuestResult(True, json.loads(payload))
+        counted = _JSON_STRING.sub('""', payload)
+    return GuestResult(False, f"main's value holds {containers} lists and dicts and {values} values, over the "
+                              f"{MAX_RETURN_CONTAINERS} and {MAX_RETURN_VALUES} an inferlet may return; flatten it, or "
+                              "send large data with session.send_file")
 
 
 def live_stores() -> int:

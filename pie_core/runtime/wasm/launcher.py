@@ -95,6 +95,8 @@ class WasmLauncher:
             try:
                 result = host.run(manifest.root, scratch, request, inst, loop, self.limits, runner=self._run,
                                   cancelled=cancelled)
+                if result.ok:
+                    result.value = _jsonable(result.value)  # here, not on the loop: it walks the whole value
                 loop.call_soon_threadsafe(lambda r=result: done.done() or done.set_result(r))
             except BaseException as exc:  # noqa: BLE001 - never leave the task waiting
                 loop.call_soon_threadsafe(lambda e=exc: done.done() or done.set_exception(e))
@@ -113,7 +115,7 @@ class WasmLauncher:
             raise
         await _freed(ended, inst.id)
         if result.ok:
-            return Event("return", _jsonable(result.value))
+            return Event("return", result.value)
         why = str(result.value)
         return Event("error", why if len(why) <= _MAX_ERROR else why[:_MAX_ERROR] + " [...]")
 
