@@ -134,3 +134,60 @@ def test_a_wasm_return_value_is_bounded_by_counting_outside_its_strings() -> Non
     nested = json.dumps([[1]] * (MAX_RETURN_CONTAINERS + 1))
     refused = _returned(nested)
     assert not refused.ok and "lists and dicts" in refused.value
+
+
+TOOL_GRAMMAR = '''
+import json
+from inferlet import Model, runtime, session, tools
+
+
+async def main(input):
+    model = Model.load(runtime.models()[0])
+    try:
+        grammar = tools.native_grammar(model, json.loads(input["tools"]), choice="required")
+        return "none" if grammar is None else "built"
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+'''
+
+
+@pytest.mark.parametrize("runner", ["process", "wasm"])
+def test_a_tool_grammar_built_by_a_sandboxed_inferlet_does_not_stall_the_server(hostile, tmp_path: Path,
+                                                                                 runner: str) -> None:
+    program = write_program(tmp_path / "tools", TOOL_GRAMMAR, name="tools", parameters='tools = { type = "string" }')
+
+    async def scenario(s: Served) -> None:
+        await victim_is_served(s)
+        async with await connect(s.url, s.tokens["mallory"]) as mallory:
+            name = await mallory.install(program)
+
+            async def attack() -> object:
+                return await (await mallory.launch(name, {"tools": json.dumps(PATTERN_TOOLS)})).wait()
+
+            worst, result = await worst_health_during(s, attack())
+        assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's tool grammar was built"
+        assert result in ("built", "none") or "InvalidInput" in str(result), result
+        assert await victim_is_served(s) < 0.5
+
+    hostile(scenario, launcher=LAUNCHERS[runner]())
+
+
+def test_one_users_slow_off_loop_calls_leave_the_other_threads_to_everyone_else() -> None:
+    import threading
+    import time
+
+    from pie_core.host.binding import run_off_loop_as
+
+    release = threading.Event()
+
+    async def main() -> float:
+        slow = [asyncio.ensure_future(run_off_loop_as("mallory", release.wait, 10)) for _ in range(4)]
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        await asyncio.wait_for(run_off_loop_as("alice", lambda: None), 5)
+        took = time.monotonic() - start
+        release.set()
+        await asyncio.gather(*slow)
+        return took
+
+    assert asyncio.run(main()) < 0.5
