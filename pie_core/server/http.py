@@ -291,11 +291,6 @@ class HttpAwareConnection(ServerConnection):
             end = self._head_buf.find(b"\r\n\r\n")
             if end < 0 and len(self._head_buf) < MAX_HEAD:
                 return
-            if end < 0 or end + 4 > MAX_HEAD:  # a head is at most MAX_HEAD bytes, however it arrives
-                self._mode, self._head_buf = "http", bytearray()
-                self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-                self._head_too_large()
-                return
             head = bytes(self._head_buf[: max(end, 0)]).lower()
             buffered, self._head_buf = bytes(self._head_buf), bytearray()
             if b"\r\nupgrade:" in head and b"websocket" in head:
@@ -404,7 +399,7 @@ class HttpAwareConnection(ServerConnection):
     def _admit(self, req: h11.Request) -> bool:
         """Run the route's admission check on the head; False if the request was answered."""
         head = len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
-        if head > MAX_HEAD:  # a kept-alive connection's later request comes through h11 whole
+        if head > MAX_HEAD:  # h11 bounds only a head still incomplete: one that arrived whole is counted here
             self._reject(431, f"a request head may be at most {MAX_HEAD} bytes; send shorter headers",
                          "request_header_fields_too_large")
             return False
@@ -430,19 +425,6 @@ class HttpAwareConnection(ServerConnection):
         route = f"{self._request.method.decode('latin-1')} {self._request.target.decode('latin-1')}"
         self._reject(413, f"{route} takes a body of at most {self._max_body} bytes, got {prefix}{size}",
                      "request_too_large")
-
-    def _head_too_large(self) -> None:
-        """Answer 431 to a first request whose head passed MAX_HEAD (before h11 has seen it)."""
-        body = error_json(f"a request head may be at most {MAX_HEAD} bytes; send shorter headers",
-                          "invalid_request_error", None, "request_header_fields_too_large")
-        self._request_done()
-        self._task = self.loop.create_future()  # stop reading
-        self._task.set_result(None)
-        if self._owner.observe is not None:
-            self._owner.observe("", 431)
-        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\nconnection: close\r\nserver: pie\r\n\r\n" % len(body) + body)
-        self._close()
 
     def _reject(self, status: int, message: str, code: str) -> None:
         self._answer(status, error_json(message, "invalid_request_error", None, code), "application/json")
