@@ -20,8 +20,9 @@ every WIT import is the engine's host function of the same name.
   every :data:`TICK_S`; at each tick the store's epoch callback traps a guest that was
   cancelled or ran past its wall-time limit). A guest waiting rather than running waits in the
   host, never in WASI: its clock waits (``time.sleep``, ``select``) go through ``poll.wait``
-  (``pie_guest/clock.py``), which returns early when the guest must stop, and its next import
-  traps it. The thread, the store and its memory are freed when ``run`` returns.
+  (``pie_guest/clock.py``), which returns early when the guest must stop; its imports fail from
+  then on, and the next epoch tick traps it. The thread, the store and its memory are freed
+  when ``run`` returns.
 - ``print`` and ``sys.stdout``/``sys.stderr`` reach the client through the ``session.send`` and
   ``session.write_stderr`` imports (``pie_guest/stdio.py``), in order with the guest's other
   calls. WASI's fds 1 and 2 are left to wasmtime's default, which discards what is written

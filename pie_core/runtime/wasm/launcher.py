@@ -110,7 +110,7 @@ class WasmLauncher:
         try:
             result = await done
         except asyncio.CancelledError:
-            cancelled.set()  # it traps at its next import or epoch tick; a wait in the host ends at once
+            cancelled.set()  # it traps at the next epoch tick; a wait in the host ends at once
             await _freed(ended, inst.id)  # the process counts (quotas, list) until its thread and store are gone
             raise
         await _freed(ended, inst.id)

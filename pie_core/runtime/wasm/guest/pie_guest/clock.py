@@ -6,7 +6,7 @@ wasmtime's native code, where neither the epoch deadline nor a terminate can rea
 guest in ``time.sleep(1e6)`` would outlive its wall-time limit and keep its thread and store
 after being terminated. :func:`install` replaces both with :func:`sleep`, which waits in the
 host's ``poll.wait`` with no calls: the host returns early when the instance is cancelled or
-reaches its wall-time limit, and the guest then traps at its next host call.
+reaches its wall-time limit, and the guest then traps at the next epoch tick.
 """
 
 import select
