@@ -191,3 +191,19 @@ def test_one_users_slow_off_loop_calls_leave_the_other_threads_to_everyone_else(
         return took
 
     assert asyncio.run(main()) < 0.5
+
+
+def test_one_users_slow_compilations_leave_the_other_compile_thread_to_everyone_else(security_engine) -> None:
+    import threading
+    import time
+
+    from pie_core.grammar import compiler
+
+    release = threading.Event()
+    slow = [compiler._in_turn("mallory", lambda: release.wait(10)) for _ in range(4)]
+    start = time.monotonic()
+    compiler._in_turn("alice", lambda: None).result(timeout=5)
+    took = time.monotonic() - start
+    release.set()
+    assert all(f.result(timeout=10) for f in slow)
+    assert took < 0.5, f"alice's compilation waited {took:.2f}s behind mallory's"
