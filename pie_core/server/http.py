@@ -42,7 +42,7 @@ MAX_HEAD = 64 * 1024
 MAX_BODY = 4 * 2**20
 REQUEST_TIMEOUT_S = 30.0  # head and body together: a 4 MiB body must come at >= ~140 KB/s
 MAX_UNFINISHED = 256  # connections still sending their request head or body, server-wide
-MAX_UNFINISHED_PER_PEER = 32  # of those, from one address before its request is authenticated
+MAX_UNFINISHED_PER_PEER = 128  # of those, from one address before its head is read (a NAT or a load tool: bursts)
 MAX_UNFINISHED_PER_USER = 64  # of those, sending a request its head authenticated as one user
 WRITE_STALL_S = 30.0  # a client that reads nothing of its response for this long is dropped
 LINGER_S = 2.0  # after the response, how long a closing connection may take to flush it
