@@ -29,6 +29,8 @@ WAITERS = {
     "time.sleep": "import time\n\ndef main(input):\n    time.sleep(1e6)\n",
     "asyncio.sleep": "import asyncio\n\nasync def main(input):\n    await asyncio.sleep(1e9)\n",
     "select": "import select\n\ndef main(input):\n    select.select([], [], [], 1e6)\n",
+    "select.poll": "import select\n\ndef main(input):\n    select.poll().poll(1e9)\n",
+    "selectors": "import selectors\n\ndef main(input):\n    selectors.DefaultSelector().select(1e6)\n",
     "busy": "def main(input):\n    while True:\n        pass\n",
 }
 
