@@ -201,7 +201,23 @@ async def main(input):
     return "printed"
 '''
 
-_PROGRAMS = {"evil-wire": _WIRE, "evil-limits": _LIMITS, "evil-starve": _STARVE, "evil-logs": _LOGS}
+_SHARED = '''
+def main(input):
+    value = [1]
+    for _ in range(21):
+        value = [value, value]  # 2**21 lists once encoded: refused on the pipe, without stalling the server
+    return value
+'''
+
+_SLEEPER = '''
+import time
+
+def main(input):
+    time.sleep(1e6)  # a wait no epoch reaches: terminate must still end it and free its thread
+'''
+
+_PROGRAMS = {"evil-wire": _WIRE, "evil-limits": _LIMITS, "evil-starve": _STARVE, "evil-logs": _LOGS,
+             "evil-shared": _SHARED, "evil-sleeper": _SLEEPER}
 
 
 async def _install_evil(client: Any, workdir: Path, name: str) -> str:
@@ -233,6 +249,99 @@ wire = _inferlet_attacker("evil-wire", breach_if=lambda k, v: f"worker survived 
 limits = _inferlet_attacker("evil-limits", breach_if=lambda k, v: f"limits attacker returned {v}" if k == "return" else None)
 starve = _inferlet_attacker("evil-starve", breach_if=lambda k, v: None)
 logs = _inferlet_attacker("evil-logs", breach_if=lambda k, v: None)
+shared_refs = _inferlet_attacker("evil-shared", breach_if=lambda k, v: "a 2**21-list value was accepted" if k == "return" else None)
+
+
+async def sleeper(ctx: AttackContext, st: AttackStats) -> None:
+    """Issue 36, item 3: inferlets parked in a sleep, terminated a second later, over and over."""
+    async with await connect(ctx.url, ctx.token) as client:
+        program = await _install_evil(client, ctx.workdir, "evil-sleeper")
+        while not ctx.stop.is_set():
+            st.attempts += 1
+            proc = await client.launch(program, {})
+            await asyncio.sleep(1.0)
+            await proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except asyncio.TimeoutError:
+                st.breach("a terminated sleeping inferlet did not end within 10 s")
+            except Exception:  # noqa: BLE001 - the expected end: an error event
+                pass
+
+
+async def _expect(ctx: AttackContext, st: AttackStats, request: bytes, expect: bytes) -> None:
+    """Send one raw request; a reply that does not start with ``expect`` is a breach."""
+    host, port = ctx.http.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        reply = await asyncio.wait_for(reader.read(200), 10)
+        if not reply.startswith(expect):
+            st.breach(f"expected {expect!r}, got {reply[:80]!r}")
+    finally:
+        writer.close()
+
+
+async def header_edges(ctx: AttackContext, st: AttackStats) -> None:
+    """Issue 36, item 6: two Authorization headers (400), a 70 KB header line (431)."""
+    two = (f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ctx.token}\r\n"
+           f"Authorization: Bearer other\r\n\r\n").encode()
+    big = f"GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: {'a' * 70_000}\r\n\r\n".encode()
+    while not ctx.stop.is_set():
+        for request, expect in ((two, b"HTTP/1.1 400"), (big, b"HTTP/1.1 431")):
+            st.attempts += 1
+            await _expect(ctx, st, request, expect)
+        await asyncio.sleep(0.05)
+
+
+async def anonymous_flood(ctx: AttackContext, st: AttackStats) -> None:
+    """Issue 36, item 5: 300 idle unauthenticated connections held open, to push out others' requests."""
+    host, port = ctx.http.removeprefix("http://").split(":")
+    while not ctx.stop.is_set():
+        writers = []
+        for _ in range(300):
+            st.attempts += 1
+            try:
+                _, writer = await asyncio.open_connection(host, int(port))
+            except OSError:
+                continue
+            writers.append(writer)
+        await asyncio.sleep(2)
+        for writer in writers:
+            writer.close()
+
+
+def _chat(ctx: AttackContext, body: Any) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(ctx.http + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {ctx.token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+async def grammar_stall(ctx: AttackContext, st: AttackStats) -> None:
+    """Issue 36, item 4: tools whose schema takes seconds to become a grammar (each one new, so no
+    cache helps), and a 3.6 MB tools body."""
+    i = 0
+    huge = [{"type": "function", "function": {"name": f"t{k}", "description": "d" * 28_000,
+                                               "parameters": {"type": "object"}}} for k in range(128)]
+    while not ctx.stop.is_set():
+        i += 1
+        pattern = f"(a|b|c|d){{1,{2000 + i % 500}}}x"
+        tools = [{"type": "function", "function": {"name": "spell", "parameters": {
+            "type": "object", "properties": {"w": {"type": "string", "pattern": pattern}}, "required": ["w"]}}}]
+        for body in ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "tools": tools,
+                      "tool_choice": "required"},
+                     {"messages": [{"role": "user", "content": "hi"}], "tools": huge, "tool_choice": "required"}):
+            st.attempts += 1
+            status, reply = await asyncio.to_thread(_chat, ctx, body)
+            if status >= 500:
+                st.breach(f"HTTP {status}: {reply[:120]!r}")
 
 
 async def pipeline_flood(ctx: AttackContext, st: AttackStats) -> None:
@@ -304,6 +413,8 @@ async def http_edges(ctx: AttackContext, st: AttackStats) -> None:
 ATTACKERS: dict[str, Attacker] = {
     "upload": upload_escape, "cross-user": cross_user, "wire": wire, "limits": limits,
     "starve": starve, "pipeline": pipeline_flood, "slowloris": slowloris, "logs": logs, "http": http_edges,
+    "shared-refs": shared_refs, "sleeper": sleeper, "headers": header_edges, "anonymous-flood": anonymous_flood,
+    "grammar-stall": grammar_stall,
 }
 
 

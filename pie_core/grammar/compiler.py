@@ -20,7 +20,7 @@ import weakref
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from pie_core.grammar.lazy_xgr import xgr
 
@@ -71,14 +71,15 @@ class GrammarCompiler:
         self._cache: OrderedDict[GrammarSource, Future[xgr.CompiledGrammar]] = OrderedDict()
         self._xgr: xgr.GrammarCompiler | None = None
 
-    def submit(self, source: GrammarSource) -> Future[xgr.CompiledGrammar]:
-        """Start compiling ``source`` (or return the cached/in-flight compilation)."""
+    def submit(self, source: GrammarSource, user: str | None = None) -> Future[xgr.CompiledGrammar]:
+        """Start compiling ``source`` (or return the cached/in-flight compilation); ``user``'s
+        compilations run one after another (:func:`_in_turn`)."""
         with self._lock:
             found = self._cache.get(source)
             if found is not None:
                 self._cache.move_to_end(source)
                 return found
-            future = _executor().submit(self._compile, source)
+            future = _in_turn(user, lambda: self._compile(source))
             self._cache[source] = future
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -127,6 +128,47 @@ class GrammarCompiler:
                 info = tokenizer_info(self.tokenizer, self.vocab_size, self.stop_ids)
                 self._xgr = xgr.GrammarCompiler(info, max_threads=COMPILE_THREADS, cache_enabled=False)
             return self._xgr
+
+
+_tails: dict[str, Future[Any]] = {}  # per user: its latest compilation, which the next one waits for
+_tails_lock = threading.Lock()
+
+
+def _in_turn(user: str | None, fn: Callable[[], Any]) -> Future[Any]:
+    """``fn`` in a compile thread, after ``user``'s previous compilation ended: one user holds at
+    most one of the :data:`COMPILE_THREADS` at a time (until its xgrammar call returns, which a
+    timeout does not stop), so a user's slow grammars delay only that user's others."""
+    if user is None:
+        return _executor().submit(fn)
+    result: Future[Any] = Future()
+
+    def start(_: object = None) -> None:
+        inner = _executor().submit(fn)
+        inner.add_done_callback(lambda f: _settle(result, f))
+
+    with _tails_lock:
+        previous = _tails.get(user)
+        _tails[user] = result
+    result.add_done_callback(lambda f: _forget_tail(user, f))
+    if previous is None:
+        start()
+    else:
+        previous.add_done_callback(start)  # at once if it is done already
+    return result
+
+
+def _settle(result: Future[Any], inner: Future[Any]) -> None:
+    exc = inner.exception()
+    if exc is not None:
+        result.set_exception(exc)
+    else:
+        result.set_result(inner.result())
+
+
+def _forget_tail(user: str, done: Future[Any]) -> None:
+    with _tails_lock:
+        if _tails.get(user) is done:
+            del _tails[user]
 
 
 def check_timeout(timeout: float | None) -> float:

@@ -43,6 +43,7 @@ __all__ = [
     "is_gbnf",
     "MAX_SOURCE_BYTES",
     "MAX_JSON_DEPTH",
+    "check_json_bounds",
 ]
 
 MAX_SOURCE_BYTES = 128 * 2**10
@@ -169,6 +170,29 @@ def _check_depth(value: Any, what: str) -> None:
             raise InvalidInput(f"a {what} may nest at most {MAX_JSON_DEPTH} objects and arrays deep; "
                                "flatten it, or share repeated parts through $defs/$ref")
         stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+
+
+def check_json_bounds(value: Any, what: str) -> None:
+    """Refuse a JSON value that nests deeper than :data:`MAX_JSON_DEPTH` or holds more than
+    :data:`MAX_SOURCE_BYTES` of JSON (counted without building the text).
+
+    Raises:
+        InvalidInput: Over either bound.
+    """
+    _check_depth(value, what)
+    stack, size = [value], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+            size += sum(len(k) + 4 for k in item if isinstance(k, str)) + 2
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+            size += 2
+        else:
+            size += len(item) + 2 if isinstance(item, str) else 8
+        if size > MAX_SOURCE_BYTES:
+            raise InvalidInput(f"a {what} may be at most {MAX_SOURCE_BYTES} bytes as JSON; it holds more")
 
 
 def _checked(source: GrammarSource) -> GrammarSource:

@@ -14,7 +14,7 @@ from typing import Any
 from pie_core.grammar.lazy_xgr import xgr
 
 from pie_core.errors import InvalidInput
-from pie_core.grammar.source import GrammarSource, clean_error, structural_tag
+from pie_core.grammar.source import GrammarSource, check_json_bounds, clean_error, structural_tag
 from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
 
 __all__ = ["tool_call_source"]
@@ -41,6 +41,7 @@ def tool_call_source(syntax: ToolCallSyntax, tools: list[dict[str, Any]], choice
     """
     if not tools:
         raise InvalidInput("a tool-call grammar needs at least one tool")
+    check_json_bounds(tools, "tool list")  # before xgrammar reads a byte of it
     names = [t["function"]["name"] for t in tools]
     if choice in ("auto", "required"):
         tool_choice: Any = choice

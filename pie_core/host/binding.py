@@ -18,14 +18,19 @@ if TYPE_CHECKING:
     from pie_core.engine.engine import Engine
 
 __all__ = ["HostInstance", "SpawnBudget", "ProgramResolver", "ChildRunner", "current", "emitting", "bind", "unbind",
-           "off_loop", "is_off_loop", "run_off_loop", "ready_first", "is_ready_first", "any_thread", "is_any_thread",
+           "off_loop", "is_off_loop", "run_off_loop", "run_off_loop_as", "ready_first", "is_ready_first", "any_thread", "is_any_thread",
            "soon", "is_soon", "soon_of"]
 
 OFF_LOOP_THREADS = 2
 """Threads running :func:`off_loop` host calls for workers, shared by every user."""
 
+OFF_LOOP_PER_USER = 1
+"""Of those, how many one user's calls may hold at once."""
+
 _off_loop_pool: ThreadPoolExecutor | None = None
 _off_loop_lock = threading.Lock()
+_off_loop_running: dict[str, int] = {}  # per user: its off-loop calls whose thread has not finished
+_OFF_LOOP_TURN_S = 0.01  # how often a call waiting for its user's turn looks again
 
 ProgramResolver = Callable[[str], Any]
 """``resolve(name)`` for ``runtime.spawn``: ``name`` or ``name@version`` to the program the
@@ -215,10 +220,41 @@ def is_ready_first(fn: Callable[..., Any]) -> bool:
 
 async def run_off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` in one of :data:`OFF_LOOP_THREADS` threads (in the caller's
-    context, so :func:`current` works there), awaited without blocking the event loop."""
+    context, so :func:`current` works there), awaited without blocking the event loop; the
+    bound instance's user's turn (:func:`run_off_loop_as`)."""
+    inst = _current.get()
+    return await run_off_loop_as(inst.username if inst is not None else None, fn, *args, **kwargs)
+
+
+async def run_off_loop_as(user: str | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """:func:`run_off_loop` on behalf of ``user``: one user runs at most
+    :data:`OFF_LOOP_PER_USER` such calls at once (more wait their turn), counted until the
+    thread is done, not until its caller stops waiting, so a user whose calls take too long
+    holds one thread, never the pool the other users share."""
     global _off_loop_pool
     with _off_loop_lock:
         if _off_loop_pool is None:
             _off_loop_pool = ThreadPoolExecutor(max_workers=OFF_LOOP_THREADS, thread_name_prefix="pie-off-loop")
+    key = user if user is not None else ""
+    while True:
+        with _off_loop_lock:
+            if _off_loop_running.get(key, 0) < OFF_LOOP_PER_USER:
+                _off_loop_running[key] = _off_loop_running.get(key, 0) + 1
+                break
+        await asyncio.sleep(_OFF_LOOP_TURN_S)
     context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(_off_loop_pool, lambda: context.run(fn, *args, **kwargs))
+
+    def run() -> Any:
+        try:
+            return context.run(fn, *args, **kwargs)
+        finally:
+            with _off_loop_lock:
+                _off_loop_running[key] -= 1
+
+    try:
+        future = _off_loop_pool.submit(run)
+    except BaseException:
+        with _off_loop_lock:
+            _off_loop_running[key] -= 1
+        raise
+    return await asyncio.wrap_future(future)

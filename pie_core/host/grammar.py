@@ -19,12 +19,12 @@ from typing import Sequence
 import numpy as np
 
 from pie_core import brle
-from pie_core.errors import InvalidInput, Unsupported
+from pie_core.errors import InvalidInput, PieError, Unsupported
 from pie_core.grammar import compiler as _compiler
 from pie_core.grammar.matcher import Matcher
 from pie_core.grammar import source as _source
 from pie_core.grammar.source import GrammarSource, any_json
-from pie_core.host.binding import any_thread, off_loop, ready_first
+from pie_core.host.binding import any_thread, current, off_loop, ready_first
 from pie_core.host.model import resolve
 
 __all__ = [
@@ -75,6 +75,14 @@ def stop_ids(name: str) -> list[int]:
     return sorted(set(model.chat.stop_tokens) | set(model.tokenizer.eos_ids))
 
 
+def _user() -> str | None:
+    """The user of the bound instance (None outside one): whose turn a compilation takes."""
+    try:
+        return current().username
+    except PieError:
+        return None
+
+
 class MatcherHandle:
     """A grammar matcher on one model; its grammar may still be compiling."""
 
@@ -98,7 +106,7 @@ class MatcherHandle:
         self.vocab_size = int(model.spec.vocab_size)
         self._spell = model.tokenizer.decode
         self._compiler = _compiler.compiler_for(model.tokenizer, self.vocab_size, stop_ids(name))
-        self._compiler.submit(source)
+        self._compiler.submit(source, user=_user())
         self._m: Matcher | None = None
 
     async def ready(self) -> None:

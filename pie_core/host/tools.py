@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from pie_core.errors import Unsupported
 from pie_core.grammar.source import GrammarSource
 from pie_core.grammar.tool_calls import tool_call_source
-from pie_core.host.binding import any_thread
+from pie_core.host.binding import any_thread, off_loop
 from pie_core.host.model import resolve
 from pie_core.models.chat_formats.tool_calls import (
     ToolCallSyntax,
@@ -96,6 +96,7 @@ def format_call(name: str, tool: str, args: Any) -> str:
 
 
 @any_thread
+@off_loop  # xgrammar converts each parameters schema (seconds for a long pattern): never on the loop
 def call_grammar(name: str, schemas: Iterable[Any], choice: str = "auto") -> GrammarSource | None:
     """A grammar over model ``name``'s native tool-call syntax for these tools, or None.
 

@@ -24,8 +24,9 @@ from pie_core.server import openai
 from pie_core.server.auth import AuthError, Authenticator
 from pie_core.server.connection import ClientSession
 from pie_core.server.cors import CorsPolicy
-from pie_core.server.http import MAX_BODY, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
+from pie_core.server.http import MAX_BODY, Admission, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
 from pie_core.server.latency import RequestMetrics
+from pie_core.server.memory import MemoryWatch
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
 from pie_core.server.quotas import ConnectionCounts, Quotas
@@ -103,6 +104,7 @@ class PieServer:
         self._server: Server | None = None
         self._connections: HttpConnections | None = None
         self._status_task: asyncio.Task[None] | None = None
+        self._memory_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
     @property
@@ -135,6 +137,9 @@ class PieServer:
             logger=log,
         )
         self._status_task = asyncio.get_running_loop().create_task(self._status_loop(), name="pie-status")
+        if MemoryWatch.applies(self.processes.launcher):
+            watch = MemoryWatch(self.processes.launcher, lambda: self.processes.quotas)
+            self._memory_task = asyncio.get_running_loop().create_task(watch.run(), name="pie-memory")
 
     async def serve_until_signalled(self) -> None:
         """Run until SIGTERM/SIGINT, then :meth:`close`."""
@@ -164,6 +169,8 @@ class PieServer:
         deadline = loop.time() + CLOSE_S - 2.0
         if self._status_task is not None:
             self._status_task.cancel()
+        if self._memory_task is not None:
+            self._memory_task.cancel()
         if self._server is not None:
             self._server.server.close()  # stop accepting; open connections still get their last events
             if self._connections is not None:
@@ -211,7 +218,11 @@ class PieServer:
             return Response(403, "Forbidden", Headers([("Content-Type", "text/plain")]),
                             f"WebSocket connections from web origin {origin!r:.100} are not allowed; the server's "
                             "admin can list it in [server] cors_origins\n".encode())
-        header = request.headers.get("Authorization")
+        headers = request.headers.get_all("Authorization")
+        if len(headers) > 1:
+            return Response(400, "Bad Request", Headers([("Content-Type", "text/plain")]),
+                            b"send one Authorization header, not several\n")
+        header = headers[0] if headers else None
         if not self.auth.enabled:
             connection.pie_user = self.auth.check(None)  # type: ignore[attr-defined]
         elif header is not None:
@@ -262,7 +273,7 @@ class PieServer:
     def _routes(self) -> list[tuple[str, str]]:
         return [("GET", "/health"), ("GET", "/metrics"), *self._v1_routes()]
 
-    def _http_admit(self, request: HttpRequest) -> int:
+    def _http_admit(self, request: HttpRequest) -> Admission:
         """From the head alone: 403 for a disallowed web origin (204 for an allowed CORS preflight),
         404 for an unknown route, 401 for a bad token on ``/v1/*``, else the most body bytes the
         route takes (nothing is buffered for a request refused here)."""
@@ -270,17 +281,17 @@ class PieServer:
         cors = self.options.cors.headers(request)
         route = (request.method, request.path.rstrip("/") or "/")
         if route in (("GET", "/health"), ("GET", "/metrics")):
-            return 0
+            return Admission(0)
         if route not in self._v1_routes():
             known = ", ".join(f"{m} {p}" for m, p in self._routes())
             raise HttpRefusal(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}",
                                                     code="not_found"), headers=cors)
         try:
-            self.auth.bearer(request.headers.get("authorization"))
+            user = self.auth.bearer(request.headers.get("authorization"))
         except AuthError as exc:
             raise HttpRefusal(401, openai.error_body(str(exc), "authentication_error", code="invalid_api_key"),
                               headers=cors) from None
-        return MAX_BODY if request.method == "POST" else 0
+        return Admission(MAX_BODY if request.method == "POST" else 0, user)
 
     async def _http(self, request: HttpRequest, respond: HttpResponder) -> None:
         route = (request.method, request.path.rstrip("/") or "/")

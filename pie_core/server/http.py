@@ -10,9 +10,15 @@ the response is an error; a kept connection idle for ``KEEPALIVE_IDLE_S`` is clo
 
 Every byte a client sends is hostile, so a connection is held to bounds before anyone has
 checked who sent it: the whole request (head and body) must arrive within
-``REQUEST_TIMEOUT_S`` of its first byte (of the connection, for the first request); the route's admission check (auth, body size) runs on the head, before
-any body byte is buffered; at most ``MAX_UNFINISHED`` connections may be mid-request at once
-(beyond that the oldest is dropped; a kept-alive connection waiting for its next request counts);
+``REQUEST_TIMEOUT_S`` of its first byte (of the connection, for the first request); a head is at
+most ``MAX_HEAD`` bytes (431 beyond) and carries one ``Authorization`` header (400 for more); the
+route's admission check (auth, body size) runs on the head, before any body byte is buffered;
+connections mid-request are bounded per holder, then server-wide: an anonymous one (its head not
+yet admitted; a kept-alive connection waiting for its next request is one) counts against its
+address (``MAX_UNFINISHED_PER_PEER``), one whose head named a user against that user
+(``MAX_UNFINISHED_PER_USER``), each holder's oldest dropped past its share; past
+``MAX_UNFINISHED`` in all, the oldest anonymous one is dropped (a newcomer, itself, when all the
+others are authenticated), so anonymous peers can only push out each other;
 a pipelined request waits, unread past ``MAX_HEAD`` bytes, until the one before it is answered; a client that closes its socket cancels its request; and
 :meth:`HttpConnections.abort_all` ends every connection at once for shutdown.
 """
@@ -30,12 +36,14 @@ import h11
 from websockets.asyncio.server import ServerConnection
 
 __all__ = ["HttpRequest", "HttpResponder", "HttpApp", "HttpRefusal", "HttpConnections", "HttpAwareConnection",
-           "ClientGone", "error_json"]
+           "Admission", "ClientGone", "error_json"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 4 * 2**20
 REQUEST_TIMEOUT_S = 30.0  # head and body together: a 4 MiB body must come at >= ~140 KB/s
 MAX_UNFINISHED = 256  # connections still sending their request head or body, server-wide
+MAX_UNFINISHED_PER_PEER = 128  # of those, from one address before its head is read (a NAT or a load tool: bursts)
+MAX_UNFINISHED_PER_USER = 64  # of those, sending a request its head authenticated as one user
 WRITE_STALL_S = 30.0  # a client that reads nothing of its response for this long is dropped
 LINGER_S = 2.0  # after the response, how long a closing connection may take to flush it
 KEEPALIVE_IDLE_S = 5.0  # a kept-alive connection with no new request for this long is closed
@@ -78,9 +86,18 @@ class HttpApp(Protocol):
     async def __call__(self, request: HttpRequest, respond: HttpResponder) -> None: ...
 
 
-Admit = Callable[[HttpRequest], int]
-"""Checks a request from its head (``body`` is empty) and returns the most body bytes its route
-takes; raises :class:`HttpRefusal` to answer at once without reading the body."""
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What an admission check found in a head: the most body bytes its route takes, and the
+    user its credentials name (None: anonymous, such as ``/health``)."""
+
+    max_body: int
+    user: str | None = None
+
+
+Admit = Callable[[HttpRequest], Admission]
+"""Checks a request from its head (``body`` is empty); raises :class:`HttpRefusal` to answer
+at once without reading the body."""
 
 Observe = Callable[[str, int], None]
 """Called with the request path and the status of every response the server starts."""
@@ -162,9 +179,14 @@ class HttpConnections:
         self.observe = observe
         self.draining = False
         self.max_unfinished = MAX_UNFINISHED if max_unfinished is None else max_unfinished
+        self.max_per_peer = MAX_UNFINISHED_PER_PEER
+        self.max_per_user = MAX_UNFINISHED_PER_USER
         self.request_timeout_s = REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
         self.live: set[HttpAwareConnection] = set()
-        self.unfinished: dict[HttpAwareConnection, None] = {}  # insertion order: oldest first
+        # each unfinished connection's holder: "peer <address>" until its head names a user, then
+        # "user <name>"; both maps in insertion order, oldest first
+        self.unfinished: dict[HttpAwareConnection, str] = {}
+        self._held: dict[str, dict[HttpAwareConnection, None]] = {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> ServerConnection:
         return HttpAwareConnection(self, *args, **kwargs)
@@ -174,20 +196,49 @@ class HttpConnections:
         self.waiting(conn)
 
     def waiting(self, conn: HttpAwareConnection) -> None:
-        """``conn`` waits for (the rest of) a request: it counts against ``max_unfinished``."""
-        self.unfinished[conn] = None
+        """``conn`` waits for (the rest of) a request, anonymous until its head is admitted: it
+        counts against its address's share and ``max_unfinished``."""
+        self._hold(conn, f"peer {conn.peer_host}", self.max_per_peer)
+
+    def authenticated(self, conn: HttpAwareConnection, user: str) -> None:
+        """``conn``'s head was admitted as ``user``'s: from now on it counts against that user's
+        share, and an anonymous connection can no longer push it out."""
+        if conn in self.unfinished:
+            self._hold(conn, f"user {user}", self.max_per_user)
+
+    def _hold(self, conn: HttpAwareConnection, holder: str, share: int) -> None:
+        """Count ``conn`` as ``holder``'s; past a bound, drop an unfinished connection: the
+        holder's oldest past its share; past ``max_unfinished``, the oldest anonymous one (the
+        newcomer itself when every other is authenticated). So anonymous peers only ever push out
+        each other, and a user only its own requests."""
+        self._release(conn)
+        self.unfinished[conn] = holder
+        mine = self._held.setdefault(holder, {})
+        mine[conn] = None
+        if len(mine) > share:  # honest requests arrive in milliseconds: the oldest is the likeliest stall
+            self._drop(next(iter(mine)))
         if len(self.unfinished) > self.max_unfinished:
-            # honest requests arrive in milliseconds, so the oldest unfinished one is the likeliest stall
-            oldest = next(iter(self.unfinished))
-            self.unfinished.pop(oldest)
-            oldest.transport.abort()
+            anonymous = next((c for c, h in self.unfinished.items() if h.startswith("peer ")), None)
+            self._drop(anonymous if anonymous is not None else conn)
+
+    def _drop(self, conn: HttpAwareConnection) -> None:
+        self._release(conn)
+        conn.transport.abort()
+
+    def _release(self, conn: HttpAwareConnection) -> None:
+        holder = self.unfinished.pop(conn, None)
+        if holder is not None:
+            mine = self._held[holder]
+            del mine[conn]
+            if not mine:
+                del self._held[holder]
 
     def request_read(self, conn: HttpAwareConnection) -> None:
-        self.unfinished.pop(conn, None)
+        self._release(conn)
 
     def lost(self, conn: HttpAwareConnection) -> None:
         self.live.discard(conn)
-        self.unfinished.pop(conn, None)
+        self._release(conn)
 
     def drain(self) -> None:
         """Stop keeping connections alive (for shutdown): idle ones close now, busy ones after
@@ -226,6 +277,8 @@ class HttpAwareConnection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        self.peer_host = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else str(peer)
         self._owner.opened(self)
         self._timer = self.loop.call_later(self._owner.request_timeout_s, self._request_timeout)
 
@@ -337,15 +390,30 @@ class HttpAwareConnection(ServerConnection):
                     self._close()
                     return
         except h11.RemoteProtocolError as exc:
-            self._reject(400, f"bad HTTP request: {exc}", "bad_request")
+            if exc.error_status_hint == 431:
+                self._reject(431, f"a request head may be at most {MAX_HEAD} bytes; send shorter headers",
+                             "request_header_fields_too_large")
+            else:
+                self._reject(400, f"bad HTTP request: {exc}", "bad_request")
 
     def _admit(self, req: h11.Request) -> bool:
         """Run the route's admission check on the head; False if the request was answered."""
+        head = len(req.method) + len(req.target) + 12 + sum(len(k) + len(v) + 4 for k, v in req.headers)
+        if head > MAX_HEAD:  # h11 bounds only a head still incomplete: one that arrived whole is counted here
+            self._reject(431, f"a request head may be at most {MAX_HEAD} bytes; send shorter headers",
+                         "request_header_fields_too_large")
+            return False
+        if sum(1 for k, _ in req.headers if k == b"authorization") > 1:
+            self._reject(400, "send one Authorization header, not several", "bad_request")
+            return False
         try:
-            self._max_body = self._owner.admit(self._make_request(req, b""))
+            admission = self._owner.admit(self._make_request(req, b""))
         except HttpRefusal as refusal:
             self._answer(refusal.status, refusal.body, refusal.content_type, refusal.headers)
             return False
+        self._max_body = admission.max_body
+        if admission.user is not None:
+            self._owner.authenticated(self, admission.user)
         length = next((v for k, v in req.headers if k == b"content-length"), None)
         if length is not None and int(length) > self._max_body:  # h11 has checked it is a number
             self._too_big(int(length), "")

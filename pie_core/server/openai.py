@@ -23,6 +23,7 @@ import msgpack
 
 from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.server.http import HttpRequest, HttpResponder, error_json
+from pie_core.server.openai_grammar import check_grammar
 from pie_core.server.openai_reply import Choice, Logprobs, chat_message, tool_call, usage
 from pie_core.server.openai_request import (MAX_PROMPT_BYTES, BadRequest, chat_args, completion_args, context_tokens,
                                             embedding_args, parse_json)
@@ -78,16 +79,28 @@ async def _json_body(request: HttpRequest) -> dict[str, Any]:
     return parse_json(request.body)
 
 
+async def _args(request: HttpRequest, make: Any, server: PieServer, body: dict[str, Any]) -> dict[str, Any]:
+    """The built-in inferlet's input from ``body``: off the loop for a big body (a long tools
+    list is re-encoded, its sizes counted)."""
+    if len(request.body) > _THREAD_PARSE_BYTES:
+        return await asyncio.to_thread(make, server, body)
+    return make(server, body)
+
+
 async def chat_completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
     started = time.monotonic()
     body = await _json_body(request)
-    await _Generation(server, body, chat_args(server, body), started, chat=True).run(user, respond)
+    args = await _args(request, chat_args, server, body)
+    await check_grammar(server, user, args)
+    await _Generation(server, body, args, started, chat=True).run(user, respond)
 
 
 async def completions(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:
     started = time.monotonic()
     body = await _json_body(request)
-    await _Generation(server, body, completion_args(server, body), started, chat=False).run(user, respond)
+    args = await _args(request, completion_args, server, body)
+    await check_grammar(server, user, args)
+    await _Generation(server, body, args, started, chat=False).run(user, respond)
 
 
 async def embeddings(server: PieServer, user: str, request: HttpRequest, respond: HttpResponder) -> None:

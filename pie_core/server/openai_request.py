@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from pie_core.errors import InvalidInput, NotFound
+from pie_core.grammar.source import MAX_SOURCE_BYTES
 from pie_core.models.chat_formats.tool_calls import format_tool_call, tool_call_syntax
 
 if TYPE_CHECKING:
@@ -200,6 +201,9 @@ def chat_args(server: PieServer, body: dict[str, Any]) -> dict[str, Any]:
     args["messages"] = json.dumps(_chat_messages(body, syntax))
     if tools:
         args["tools"] = json.dumps(tools)
+        if len(args["tools"]) > MAX_SOURCE_BYTES:  # its grammar could not be made: say so before any work
+            raise BadRequest(f"'tools' may be at most {MAX_SOURCE_BYTES} bytes as JSON, got {len(args['tools'])}; "
+                             "send fewer or shorter tools", "tools")
         if choice != "none":
             if syntax is None and choice != "auto":
                 raise BadRequest(f"model {args['model']!r} has no known tool-call syntax, so tool_choice {choice!r} "

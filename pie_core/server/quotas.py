@@ -32,7 +32,8 @@ DEFAULT_PAGE_SHARE = 0.75
 DEFAULT_CREDITS = 4 * DEFAULT_ENDOWMENT
 
 _MESSAGING = MessagingLimits()
-_BYTE_KEYS = ("event_bytes", "inbox_bytes", "scratch_bytes", "message_bytes", "queue_bytes", "adapter_bytes")
+_BYTE_KEYS = ("event_bytes", "inbox_bytes", "scratch_bytes", "message_bytes", "queue_bytes", "adapter_bytes",
+              "memory_bytes")
 _COUNT_KEYS = ("snapshots", "processes", "spawn_depth", "connections", "topics", "queue_messages")
 
 
@@ -55,6 +56,8 @@ class Quotas:
             received by it (each message counts 64 bytes on top of its size).
         scratch_bytes: Size of the user's scratch directory, checked at each launch.
         adapter_bytes: float32 bytes of the LoRA adapters a user holds at once (all models).
+        memory_bytes: Resident memory (PSS) of the user's worker processes together, checked
+            every second; over it, the largest is killed (:mod:`pie_core.server.memory`).
         connections: Open WebSocket connections and HTTP requests in flight.
         topics: Messaging subscriptions plus non-empty queues.
         message_bytes: Largest message one ``broadcast`` or ``push`` may carry.
@@ -72,6 +75,7 @@ class Quotas:
     inbox_bytes: int = 128 * 2**20
     scratch_bytes: int = 2**30
     adapter_bytes: int = 256 * 2**20
+    memory_bytes: int = 8 * 2**30
     connections: int = 256
     topics: int = _MESSAGING.topics
     message_bytes: int = _MESSAGING.message_bytes

@@ -97,15 +97,19 @@ def test_a_request_whose_body_never_finishes_is_answered_408_at_its_deadline(hos
     hostile(scenario, launcher=InProcessLauncher())
 
 
-def test_unfinished_connections_are_bounded_server_wide_and_the_oldest_is_dropped(hostile, monkeypatch):
+def test_unfinished_connections_are_bounded_server_wide_and_newcomers_cannot_push_out_admitted_ones(hostile,
+                                                                                                    monkeypatch):
     monkeypatch.setattr(http, "MAX_UNFINISHED", 16)
 
     async def scenario(s):
-        stalled = [await raw_http(s, post_head(CHAT, 1000, s.tokens["mallory"]), b"{") for _ in range(40)]
+        stalled = []
+        for _ in range(40):
+            stalled.append(await raw_http(s, post_head(CHAT, 1000, s.tokens["mallory"]), b"{"))
+            await asyncio.sleep(0.01)  # each head admitted before the next connection opens
         await asyncio.sleep(0.2)
         assert len(s.server._connections.unfinished) <= 16
-        dropped = [await asyncio.wait_for(r.read(), 2.0) for r, _ in stalled[:24]]
-        assert dropped == [b""] * 24  # the oldest were aborted to make room
+        dropped = [await asyncio.wait_for(r.read(), 2.0) for r, _ in stalled[16:]]
+        assert dropped == [b""] * 24  # anonymous until their heads are read, they could not push out the first 16
         for _, w in stalled:
             w.close()
         await victim_is_served(s)

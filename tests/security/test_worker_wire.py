@@ -21,7 +21,7 @@ from pie_core.hookspec import ProbeKind, SamplerKind
 from pie_core.mcp.errors import McpError
 from pie_core.models.chat_formats.tool_calls import ToolCallSyntax
 from pie_core.runtime import host_api
-from pie_core.runtime.process.wire import DTYPES, HEADER, MAX_DEPTH, MAX_FRAME, Codec, ProtocolError
+from pie_core.runtime.process.wire import DTYPES, HEADER, MAX_CONTAINERS, MAX_DEPTH, MAX_FRAME, Codec, ProtocolError
 from pie_core.scheduler.request import ProbeSpec, RequestOutput, SampleSpec
 
 
@@ -152,11 +152,22 @@ def test_hostile_payloads_are_refused(payload, why):
 def test_wide_frames_and_huge_containers_decode_whole():
     # cost per byte: benchmarks/wire_decode.py
     codec, _ = _codec()
-    wide = msgpack.packb([[i, "ab", [None]] for i in range(200_000)])  # ~2 MB, 400k containers
+    wide = msgpack.packb([[i, "ab", [None]] for i in range(MAX_CONTAINERS // 2 - 1)])  # every container allowed
     decoded = codec.decode(wide)
-    assert len(decoded) == 200_000 and decoded[-1] == [199_999, "ab", [None]]
+    assert len(decoded) == MAX_CONTAINERS // 2 - 1 and decoded[-1] == [MAX_CONTAINERS // 2 - 2, "ab", [None]]
+    long_row = msgpack.packb(list(range(1_000_000)))  # items are cheap: one container
+    assert len(codec.decode(long_row)) == 1_000_000
     many = b"\xdc\xff\xff" + b"\x90" * 0xFFFF  # 65535 empty lists in one
     assert len(codec.decode(many)) == 0xFFFF
+
+
+def test_a_value_sharing_one_list_many_times_is_refused_at_the_container_bound():
+    value: list = [1]
+    for _ in range(17):  # 2**17 lists once encoded, from 18 in memory
+        value = [value, value]
+    codec, _ = _codec()
+    with pytest.raises(ProtocolError, match=f"at most {MAX_CONTAINERS} containers"):
+        codec.decode(codec.encode(value)[HEADER.size:])
 
 
 def test_a_self_referencing_value_cannot_be_encoded():

@@ -26,7 +26,7 @@ from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
 from pie_core.errors import PieError
 from pie_core.host import runtime as host_runtime
-from pie_core.host.binding import HostInstance, bind, unbind
+from pie_core.host.binding import HostInstance, bind, run_off_loop, unbind
 from pie_core.runtime import host_api
 from pie_core.runtime.instance import _jsonable
 from pie_core.runtime.library import find_program
@@ -41,6 +41,7 @@ _log = logging.getLogger(__name__)
 
 MAX_CALLS = 128  # host calls one worker may have in flight; past it the engine stops reading its pipe
 MAX_UNREAD = 16 * 2**20  # bytes of replies a worker may leave unread before the engine stops reading its calls
+INLINE_DECODE_BYTES = 16 * 2**10  # frames up to this size are decoded on the event loop (a few ms at most)
 MAX_HANDLES = 2**16  # engine objects one worker may hold
 _MAX_ERROR = 16 * 1024  # characters of a worker's error text that reach the client
 
@@ -62,6 +63,14 @@ class ProcessLauncher:
         coro = self._run(manifest, args, instance)
         return asyncio.get_running_loop().create_task(coro, name=f"pie-worker-{manifest.name}-{instance.id}")
 
+    def workers_of(self, user: str) -> list[WorkerProcess]:
+        """The running workers of ``user``'s inferlets (spawned children included)."""
+        return [w for w in self.workers if w.user == user and w.running]
+
+    def users(self) -> set[str]:
+        """Users with a running worker."""
+        return {w.user for w in self.workers if w.user is not None and w.running}
+
     def warm_up(self) -> None:
         """Start the zygote now (in the background) rather than on the first launch."""
         self.spawner.warm_up()
@@ -78,7 +87,7 @@ class ProcessLauncher:
         final = Event("error", "cancelled")
         try:
             try:
-                final = await self._launch(manifest, args, started, inst.emit)
+                final = await self._launch(manifest, args, started, inst.emit, inst.username)
             except asyncio.CancelledError as exc:
                 final = Event("error", f"cancelled: {exc.args[0]}" if exc.args and exc.args[0] else "cancelled")
                 raise
@@ -100,7 +109,7 @@ class ProcessLauncher:
                     self.workers.discard(worker)
 
     async def _launch(self, manifest: Manifest, args: dict[str, Any], started: list[WorkerProcess],
-                      emit: Callable[[Event], None]) -> Event:
+                      emit: Callable[[Event], None], user: str | None = None) -> Event:
         payload = manifest.validate_input(args)
         first = {"name": manifest.name, "entry": manifest.entry, "root": str(manifest.root), "input": payload,
                  "limits": dataclasses.asdict(self.limits), "scratch": host_runtime.scratch_dir()}
@@ -110,6 +119,7 @@ class ProcessLauncher:
         try:
             async with asyncio.timeout(self.limits.start_s or None) as deadline:
                 worker = await self.spawner.start_worker()
+                worker.user = user
                 started.append(worker)
                 self.workers.add(worker)
 
@@ -188,10 +198,15 @@ class _Session:
                 try:
                     (size,) = HEADER.unpack(await self.worker.stdout.readexactly(HEADER.size))
                     check_frame_size(size)
-                    msg = self.codec.decode(await self.worker.stdout.readexactly(size))
+                    payload = await self.worker.stdout.readexactly(size)
+                    # a frame's containers cost ~2 us each to check (up to MAX_CONTAINERS: seconds); past a
+                    # few thousand the decode runs in an off-loop thread, on this user's turn
+                    msg = self.codec.decode(payload) if size <= INLINE_DECODE_BYTES else \
+                        await run_off_loop(self.codec.decode, payload)
                     final = self.dispatch(msg, on_started)
                 except asyncio.IncompleteReadError:
-                    return Event("error", _death(await self.worker.wait()))
+                    code = await self.worker.wait()
+                    return Event("error", self.worker.kill_reason or _death(code))
                 except ProtocolError as exc:
                     return Event("error", f"killed: the inferlet's worker broke the host protocol: {exc}")
                 if final is not None:

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,6 +54,9 @@ class WorkerProcess:
                  exit_code: asyncio.Future[Any], close: Callable[[], None]) -> None:
         self.pid, self.stdin, self.stdout = pid, stdin, stdout
         self._exit, self._close = exit_code, close
+        self.user: str | None = None  # whose inferlet it runs (set by the launcher)
+        self.started_at = time.monotonic()
+        self.kill_reason: str | None = None  # why the engine killed it, when it did (the instance's error)
 
     @property
     def running(self) -> bool:
@@ -78,8 +82,23 @@ class WorkerProcess:
         if cancelled is not None:
             raise cancelled
 
-    def kill(self) -> None:
-        """SIGKILL the worker's process group (no-op once it is known to have ended)."""
+    def memory_bytes(self) -> int:
+        """The worker's proportional share of resident memory (PSS: its own pages, plus pages
+        it shares with the zygote and other workers divided among them); 0 once it ended."""
+        try:
+            with open(f"/proc/{self.pid}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return 0
+
+    def kill(self, reason: str | None = None) -> None:
+        """SIGKILL the worker's process group (no-op once it is known to have ended); ``reason``
+        becomes its instance's error."""
+        if reason is not None and self.kill_reason is None:
+            self.kill_reason = reason
         if self.running or self._exit.result() is None:
             try:
                 os.killpg(self.pid, signal.SIGKILL)

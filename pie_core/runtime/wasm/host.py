@@ -17,7 +17,12 @@ every WIT import is the engine's host function of the same name.
   standard library built with the component, read-only) and ``/scratch`` (its user's
   scratch directory), no sockets and no subprocesses (WASI gives none); its
   memory is capped by the store's limits and its time by epochs (the engine's clock ticks
-  every :data:`TICK_S`).
+  every :data:`TICK_S`; at each tick the store's epoch callback traps a guest that was
+  cancelled or ran past its wall-time limit). A guest waiting rather than running waits in the
+  host, never in WASI: its clock waits (``time.sleep``, ``select``) go through ``poll.wait``
+  (``pie_guest/clock.py``), which returns early when the guest must stop; its imports fail from
+  then on, and the next epoch tick traps it. The thread, the store and its memory are freed
+  when ``run`` returns.
 - ``print`` and ``sys.stdout``/``sys.stderr`` reach the client through the ``session.send`` and
   ``session.write_stderr`` imports (``pie_guest/stdio.py``), in order with the guest's other
   calls. WASI's fds 1 and 2 are left to wasmtime's default, which discards what is written
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -45,10 +51,23 @@ from pie_core.runtime.wasm import linking
 from pie_core.runtime.wasm.build import stdlib_path
 from pie_core.runtime.wasm.imports import Guest
 
-__all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S"]
+__all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S", "live_stores"]
 
 TICK_S = 0.05
 """Seconds between epoch ticks: how late a guest past its deadline may still run."""
+
+MAX_RETURN_BYTES = 8 * 2**20
+"""Largest JSON text of ``main``'s value (what a client takes in one frame by default)."""
+MAX_RETURN_CONTAINERS = 2**16
+"""Most lists and dicts in ``main``'s value (as in one of the process runner's frames): a
+value sharing one list at every level (``x = [x, x]`` twenty times) is 2**20 of them once
+copied out of the guest."""
+MAX_RETURN_VALUES = 2**20
+"""Most values in ``main``'s value: parsing each costs the GIL ~0.1 us."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+_STORES = [0]  # stores open now: one per guest still in WasmHost.run
+_STORES_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +143,11 @@ class WasmHost:
         ``runner`` runs ``runtime.spawn``'s children (None: in-process). Once ``cancelled`` is
         set, every host call fails, so a guest waiting on the engine ends at once.
         """
-        guest = Guest(inst, loop, runner, cancelled or threading.Event())
+        deadline = time.monotonic() + limits.wall_s if limits.wall_s > 0 else float("inf")
+        guest = Guest(inst, loop, runner, cancelled or threading.Event(), deadline=deadline, wall_s=limits.wall_s)
         store = wasmtime.Store(self.engine)
+        with _STORES_LOCK:
+            _STORES[0] += 1
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
         wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
@@ -133,24 +155,51 @@ class WasmHost:
         store.set_wasi(wasi)
         if limits.memory_mb > 0:
             store.set_limits(memory_size=limits.memory_mb * 2**20)
-        store.set_epoch_deadline(max(1, int(limits.wall_s / TICK_S)) if limits.wall_s > 0 else 2**62)
-        linking.attach(store, guest)
+        linking.attach(store, guest)  # its epoch callback traps the guest once it must stop
         token = bind(inst)
         try:
             instance = self._linker.instantiate(store, self.component)
             run = instance.get_func(store, "run")
             outcome = run(store, json.dumps(request))
         except wasmtime.WasmtimeError as exc:
-            return GuestResult(False, _trap(exc, limits))
+            return GuestResult(False, guest.stop_reason() or _trap(exc, limits))
         except Exception as exc:  # noqa: BLE001 - a host-side failure ends this instance only
             return GuestResult(False, f"{type(exc).__name__}: {exc}")
         finally:
             guest.cancel_all()
             linking.detach(store)
             unbind(token)
+            store.close()  # its memory goes now, not when a traceback that holds it is collected
+            with _STORES_LOCK:
+                _STORES[0] -= 1
         if outcome.tag != "ok":  # result<string, string>: both cases are str, so wasmtime tags them
             return GuestResult(False, outcome.payload)
-        return GuestResult(True, json.loads(outcome.payload))
+        return _returned(outcome.payload)
+
+
+def _returned(payload: str) -> GuestResult:
+    """``main``'s value from its JSON text, bounded before it is parsed: parsing holds the GIL
+    (the engine's loop waits meanwhile), so the text's size, lists and dicts, and values are
+    counted first, outside its strings, by C scans of the text."""
+    if len(payload) > MAX_RETURN_BYTES:
+        return GuestResult(False, f"main's value takes {len(payload)} bytes as JSON, over the {MAX_RETURN_BYTES} an "
+                                  "inferlet may return; send large data with session.send_file")
+    counted = payload
+    for _ in range(2):  # first the raw text; when over, the text without its strings (exact for JSON)
+        containers = counted.count("[") + counted.count("{")
+        values = containers + counted.count(",")
+        if containers <= MAX_RETURN_CONTAINERS and values <= MAX_RETURN_VALUES:
+            return GuestResult(True, json.loads(payload))
+        counted = _JSON_STRING.sub('""', payload)
+    return GuestResult(False, f"main's value holds {containers} lists and dicts and {values} values, over the "
+                              f"{MAX_RETURN_CONTAINERS} and {MAX_RETURN_VALUES} an inferlet may return; flatten it, or "
+                              "send large data with session.send_file")
+
+
+def live_stores() -> int:
+    """Stores of guests not yet freed (each holds its guest's linear memory): a guest's store
+    is closed, its memory freed, as its thread leaves :meth:`WasmHost.run`."""
+    return _STORES[0]
 
 
 def _trap(exc: wasmtime.WasmtimeError, limits: GuestLimits) -> str:

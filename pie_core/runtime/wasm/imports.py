@@ -12,6 +12,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import collections
+import concurrent.futures
 import logging
 import threading
 import time
@@ -105,8 +106,9 @@ class Guest:
     """One running instance: its handles and pending calls, seen from the host."""
 
     def __init__(self, inst: HostInstance, loop: asyncio.AbstractEventLoop, runner: Any,
-                 cancelled: threading.Event) -> None:
+                 cancelled: threading.Event, *, deadline: float = float("inf"), wall_s: float = 0.0) -> None:
         self.inst, self.loop, self.runner, self.cancelled = inst, loop, runner, cancelled
+        self.deadline, self.wall_s = deadline, wall_s  # time.monotonic() at which the wall-time limit ends it
         self._objs: dict[int, Any] = {}  # rep -> engine object
         self._reps: dict[int, int] = {}  # id(engine object) -> rep
         self._held: dict[int, int] = {}  # rep -> handles the guest holds to it
@@ -166,14 +168,22 @@ class Guest:
     # -- imports -----------------------------------------------------------------------------
 
     def call(self, module: str, name: str, fn: Callable[..., Any], args: list[Any]) -> Outcome:
-        """A synchronous import: run ``fn`` here if it needs no loop, else on the loop and wait."""
+        """A synchronous import: run ``fn`` here if it needs no loop, else on the loop and wait
+        (until it ends, the instance is cancelled or its wall-time limit passes)."""
         try:
             self.check_running()
             if is_any_thread(fn):
                 host_api.CALLS[module, name] += 1
                 host_api.check_arguments(fn, f"{module}.{name}", tuple(args))
                 return True, fn(*args)
-            return True, asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop).result()
+            future = asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop)
+            while True:
+                try:
+                    return True, future.result(timeout=self._slice())
+                except concurrent.futures.TimeoutError:
+                    if self.stop_reason() is not None:
+                        future.cancel()
+                        self.check_running()
         except Exception as exc:  # noqa: BLE001 - the guest gets it as the error record
             return False, exc
 
@@ -233,6 +243,11 @@ class Guest:
         passed or the instance was cancelled."""
         calls = [self.pending.get(n) for n in numbers]
         live = [c for c in calls if c is not None]
+        if not numbers and timeout_ms is not None:  # a sleep (pie_guest.clock): ends early when stopped
+            end = min(time.monotonic() + timeout_ms / 1000, self.deadline)
+            while self.stop_reason() is None and (left := end - time.monotonic()) > 0:
+                self.cancelled.wait(min(left, _CANCEL_POLL_S))
+            return []
         if live and all(c.ok is None for c in live):
             end = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
             one = live[0] if len(live) == 1 else None
@@ -240,8 +255,8 @@ class Guest:
                 self.woken.clear()
                 self.waiting_any = True  # every settle sets ``woken`` from now on
             try:
-                while not self.cancelled.is_set() and all(c.ok is None for c in live):
-                    left = _CANCEL_POLL_S if end is None else min(_CANCEL_POLL_S, end - time.monotonic())
+                while self.stop_reason() is None and all(c.ok is None for c in live):
+                    left = self._slice() if end is None else min(self._slice(), end - time.monotonic())
                     if left <= 0:
                         break
                     if one is not None:
@@ -252,14 +267,29 @@ class Guest:
                         self.woken.clear()
             finally:
                 self.waiting_any = False
-        if self.cancelled.is_set():
+        stopped = self.stop_reason() is not None
+        if stopped:
             self.cancel_all()
-        return [i for i, c in enumerate(calls) if c is None or c.ok is not None or self.cancelled.is_set()]
+        return [i for i, c in enumerate(calls) if c is None or c.ok is not None or stopped]
 
     def check_running(self) -> None:
-        """Raise once the instance was cancelled: the guest gets errors, never new work."""
+        """Raise once the instance was cancelled or ran out of time: the guest gets errors,
+        never new work."""
+        reason = self.stop_reason()
+        if reason is not None:
+            raise PieError(reason)
+
+    def stop_reason(self) -> str | None:
+        """Why the instance must stop now (cancelled, or past its wall-time limit), else None."""
         if self.cancelled.is_set():
-            raise PieError("the inferlet was cancelled")
+            return "the inferlet was cancelled"
+        if time.monotonic() >= self.deadline:
+            return f"killed: the inferlet ran past its wall-time limit of {self.wall_s:g}s"
+        return None
+
+    def _slice(self) -> float:
+        """How long one wait may last before looking at :meth:`stop_reason` again."""
+        return max(0.001, min(_CANCEL_POLL_S, self.deadline - time.monotonic()))
 
     def cancel(self, number: int) -> None:
         call = self.pending.pop(number, None)

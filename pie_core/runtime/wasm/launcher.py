@@ -8,7 +8,9 @@ with a ``return`` or ``error`` event. ``pie run --isolation wasm`` uses :func:`r
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,8 @@ from pie_core.runtime.wasm.host import GuestLimits, WasmHost
 __all__ = ["WasmLauncher", "run_wasm", "toolchain_missing"]
 
 _MAX_ERROR = 16 * 1024  # characters of a guest's error text that reach the client
+_FREE_GRACE_S = 30.0  # how long a cancelled instance may take to leave its thread (it takes one epoch tick)
+_log = logging.getLogger(__name__)
 
 
 class WasmLauncher:
@@ -83,6 +87,7 @@ class WasmLauncher:
         scratch = host_runtime.scratch_dir()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
+        ended: asyncio.Future[None] = loop.create_future()  # the thread left host.run: store and memory freed
         request = {"entry": manifest.entry, "input": payload}
         cancelled = threading.Event()
 
@@ -90,20 +95,43 @@ class WasmLauncher:
             try:
                 result = host.run(manifest.root, scratch, request, inst, loop, self.limits, runner=self._run,
                                   cancelled=cancelled)
+                if result.ok:
+                    result.value = _jsonable(result.value)  # here, not on the loop: it walks the whole value
                 loop.call_soon_threadsafe(lambda r=result: done.done() or done.set_result(r))
             except BaseException as exc:  # noqa: BLE001 - never leave the task waiting
                 loop.call_soon_threadsafe(lambda e=exc: done.done() or done.set_exception(e))
+            finally:
+                try:
+                    loop.call_soon_threadsafe(lambda: ended.done() or ended.set_result(None))
+                except RuntimeError:  # the loop is closed: nobody waits
+                    pass
 
         threading.Thread(target=guest, name=f"pie-wasm-{inst.id}", daemon=True).start()
         try:
             result = await done
         except asyncio.CancelledError:
-            cancelled.set()  # its host calls fail from now on: a guest waiting on the engine ends
+            cancelled.set()  # it traps at the next epoch tick; a wait in the host ends at once
+            await _freed(ended, inst.id)  # the process counts (quotas, list) until its thread and store are gone
             raise
+        await _freed(ended, inst.id)
         if result.ok:
-            return Event("return", _jsonable(result.value))
+            return Event("return", result.value)
         why = str(result.value)
         return Event("error", why if len(why) <= _MAX_ERROR else why[:_MAX_ERROR] + " [...]")
+
+
+async def _freed(ended: asyncio.Future[None], instance_id: Any) -> None:
+    """Wait until a cancelled guest's thread ended, through further cancellations."""
+    deadline = time.monotonic() + _FREE_GRACE_S
+    while not ended.done() and time.monotonic() < deadline:
+        try:
+            await asyncio.wait_for(asyncio.shield(ended), deadline - time.monotonic())
+        except asyncio.CancelledError:
+            continue
+        except asyncio.TimeoutError:
+            break
+    if not ended.done():
+        _log.warning("wasm instance %s still runs %ss after it was cancelled", instance_id, _FREE_GRACE_S)
 
 
 async def run_wasm(engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance,

@@ -50,8 +50,12 @@ _lock = threading.Lock()
 
 
 def attach(store: wasmtime.Store, guest: Guest) -> None:
-    """Route the imports called from ``store`` to ``guest`` (before it is instantiated)."""
+    """Route the imports called from ``store`` to ``guest`` (before it is instantiated), and
+    look at :meth:`Guest.stop_reason` on every epoch tick: the guest's code traps once it was
+    cancelled or ran past its wall-time limit."""
     _GUESTS[_address(store._context())] = guest
+    store.set_epoch_deadline(1)
+    ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _on_epoch, None, _no_finalizer)
 
 
 def detach(store: wasmtime.Store) -> None:
@@ -61,6 +65,24 @@ def detach(store: wasmtime.Store) -> None:
 
 def _address(context: Any) -> int:
     return ctypes.cast(context, ctypes.c_void_p).value or 0
+
+
+_NULL_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_no_finalizer = ctypes.cast(0, _NULL_FINALIZER)
+_UPDATE_DEADLINE_CONTINUE = 0  # wasmtime_update_deadline_kind_t
+
+
+@ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.POINTER(ffi.wasmtime_context_t), ctypes.c_void_p,
+                  ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ffi.wasmtime_update_deadline_kind_t))
+def _on_epoch(context, env, delta, kind):  # type: ignore[no-untyped-def]
+    """The store's epoch deadline passed (every tick): trap if its guest must stop, else go on."""
+    guest = _GUESTS.get(_address(context))
+    reason = None if guest is None else guest.stop_reason()
+    if reason is not None:
+        return ctypes.cast(ffi.wasmtime_error_new(reason.encode("utf-8")), ctypes.c_void_p).value
+    delta[0] = 1
+    kind[0] = _UPDATE_DEADLINE_CONTINUE
+    return 0
 
 
 @ffi.wasmtime_component_func_callback_t

@@ -8,9 +8,10 @@ skips ``poll.wait`` and takes the result at once (the ``-result`` import waits f
 """
 
 import asyncio
-import time
 
 from componentize_py_types import Err
+
+from pie_guest import clock
 from wit_world.imports import poll as _poll
 
 __all__ = ["GuestLoop"]
@@ -45,7 +46,7 @@ class GuestLoop(asyncio.BaseEventLoop):
         if not self._calls:
             if timeout is None:
                 raise RuntimeError("the inferlet awaits something no host call will finish (nothing is pending)")
-            time.sleep(timeout)
+            clock.sleep(timeout)  # in the host: the engine can end it
             return []
         calls = list(self._calls)
         if timeout is None and len(calls) == 1:  # nothing else can happen: its -result import waits for it

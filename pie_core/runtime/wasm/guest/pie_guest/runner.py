@@ -13,7 +13,7 @@ from componentize_py_types import Err
 
 from inferlet.host.entry import MAIN_EXITS, exit_outcome
 from inferlet.host import entry
-from pie_guest import stdio
+from pie_guest import clock, stdio
 from pie_guest.loop import GuestLoop
 from pie_guest.transport import WitTransport
 
@@ -31,6 +31,7 @@ def run(request: str) -> str:
     """
     try:
         stdio.install(TRANSPORT)
+        clock.install()
         first = json.loads(request)
         entry.install(TRANSPORT)
         main = entry.load_main(f"{ROOT}/{first['entry']}", "_pie_inferlet", synchronous=True, own_process=True)
