@@ -45,7 +45,7 @@ class LayerWeights:
 class ModelWeights:
     """All weights of one model."""
 
-    embed: torch.Tensor  # [vocab, hidden], compute dtype
+    embed: torch.Tensor | Linear  # [vocab, hidden] in the compute dtype, or (quant "fit") a layer with ``rows(ids)``
     lm_head: Linear
     output_norm: torch.Tensor
     layers: tuple[LayerWeights, ...]
@@ -86,7 +86,9 @@ class _Source:
     def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
         return self.vector(name, size) if present else None
 
-    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor | Linear:
+        if self.config.quant == "fit":  # as precise as stored: the layer fit picks, read a row at a time
+            return self.linear("embed", lambda: weight)
         return self._keep("embed", weight.to(self.config.device, self.config.dtype))
 
     def linear(
@@ -121,7 +123,9 @@ class _Recorded:
     def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
         return self._get(name) if present else None
 
-    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor | Linear:
+        if self.config.quant == "fit":
+            return self.linear("embed", lambda: weight)
         return self._get("embed")
 
     def linear(
@@ -182,7 +186,7 @@ def build_weights(
     embed = src.embedding(embed32)
     if spec.tie_embeddings:
         src.arrays.pop("output.weight", None)  # some checkpoints store the tied copy anyway
-        lm_head = src.linear("lm_head", lambda: embed32)
+        lm_head = embed if not isinstance(embed, torch.Tensor) else src.linear("lm_head", lambda: embed32)
     else:
         lm_head = src.linear("lm_head", lambda: src.take("output.weight", (vocab, h)))
     del embed32
@@ -206,9 +210,11 @@ def rebuild_weights(spec: ModelSpec, tensors: dict[str, torch.Tensor], config: T
         raise AssertionError("cached weights need no checkpoint tensor")
 
     h = spec.hidden_size
+    embed = src.embedding(torch.empty(0))
+    tied = spec.tie_embeddings and not isinstance(embed, torch.Tensor)
     return ModelWeights(
-        embed=src.embedding(torch.empty(0)),
-        lm_head=src.linear("lm_head", lambda: torch.empty(0)),
+        embed=embed,
+        lm_head=embed if tied else src.linear("lm_head", lambda: torch.empty(0)),
         output_norm=src.residual_norm("output_norm.weight", h),
         layers=tuple(_layer(src, spec, i, unused) for i in range(spec.num_layers)),
     )
