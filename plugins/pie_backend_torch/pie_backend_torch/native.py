@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from pie_core.backend_kit import weights_cache_dir
+from pie_core.backend_kit import announce_step, weights_cache_dir
 
 __all__ = [
     "ops",
@@ -90,7 +90,7 @@ def _build() -> Any:
     where.mkdir(parents=True, exist_ok=True)
     lib = where / "pie_cpu_q4.so"
     if not lib.exists():
-        _log.info("building the torch backend's CPU kernels in %s (once per CPU kind)", where)
+        announce_step(f"torch backend: compiling its CPU kernels for this CPU (once, ~20-60 s; kept in {where})")
         load(
             name="pie_cpu_q4",
             sources=[str(_SOURCE)],

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pie_core.backend_kit import ModelSpec
+from pie_core.backend_kit import ModelSpec, announce_step
 
 from pie_backend_torch.linear import Linear, layer_tensors, quantise, rebuild_layer
 from pie_backend_torch.options import TorchConfig
@@ -182,6 +182,9 @@ def build_weights(
     """
     src = _Source(dict(weights), config, record)
     vocab, h = spec.vocab_size, spec.hidden_size
+    what = f"torch backend: laying out the weights (quant {config.quant}, {config.dtype_name}"
+    what += "; kept in the weights cache for next time)" if record is not None else ")"
+    announce_step(f"{what}: embedding and output head")
     embed32 = src.take("token_embd.weight", (vocab, h))
     embed = src.embedding(embed32)
     if spec.tie_embeddings:
@@ -191,11 +194,14 @@ def build_weights(
         lm_head = src.linear("lm_head", lambda: src.take("output.weight", (vocab, h)))
     del embed32
     output_norm = src.residual_norm("output_norm.weight", h)
-    layers = tuple(_layer(src, spec, i, src.take) for i in range(spec.num_layers))
+    layers = []
+    for i in range(spec.num_layers):
+        announce_step(f"{what}: layer {i + 1}/{spec.num_layers}")
+        layers.append(_layer(src, spec, i, src.take))
     if src.arrays:
         extra = ", ".join(sorted(src.arrays)[:5])
         raise ValueError(f"unexpected weights for a {spec.arch} model: {extra}")
-    return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=layers)
+    return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=tuple(layers))
 
 
 def rebuild_weights(spec: ModelSpec, tensors: dict[str, torch.Tensor], config: TorchConfig) -> ModelWeights:

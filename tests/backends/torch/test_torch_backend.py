@@ -219,3 +219,16 @@ def test_embedding_probes_read_the_final_hidden_state_like_the_reference():
 def test_a_pass_with_nothing_to_read_returns_nothing():
     out = run(load_torch(tiny_spec("qwen2")), [kv_request([1, 2, 3], np.arange(1), 4, probe_all=False)])
     assert out.tokens.shape == (0,) and out.probes == ()
+
+
+def test_loading_says_what_each_one_time_step_is_doing():
+    """The CLI's loading bar shows these lines (``pie_core.backend_kit.step_listener``) instead of
+    one silent "backend preparing the weights"."""
+    from pie_core.backend_kit import step_listener
+
+    spec = tiny_spec("qwen2")
+    seen: list[str] = []
+    with step_listener(seen.append):
+        TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="float32", kv_pages=4))
+    assert seen[0].endswith("embedding and output head")
+    assert [s.rsplit(": ", 1)[1] for s in seen[1:]] == [f"layer {i}/{spec.num_layers}" for i in range(1, spec.num_layers + 1)]
