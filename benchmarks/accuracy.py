@@ -41,7 +41,7 @@ from pie_core.models.registry import resolve_model  # noqa: E402
 
 TORCH_FORMATS = [
     "fit (default):",
-    "q4 + w8a8 (old default):quant=q4",
+    "q4 + w8a8 (old default):quant=q4,quant_large=w8a8",
     "q8:quant=q8,quant_max_tokens=0,dtype=float32",
     "w8a8:quant=w8a8,quant_max_tokens=0,dtype=float32",
     "int4:quant=int4,quant_max_tokens=0,dtype=bfloat16",

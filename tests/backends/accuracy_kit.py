@@ -96,8 +96,16 @@ def hf_logits(model: Any, ids: Sequence[int]) -> np.ndarray:
 
 
 def hf_greedy(model: Any, ids: Sequence[int], steps: int) -> list[int]:
+    """Plain argmax decoding (not ``generate``: the GGUF's generation config adds a repetition
+    penalty even to greedy search)."""
     import torch
 
+    out: list[int] = []
+    past, chunk = None, list(ids)
     with torch.no_grad():
-        out = model.generate(torch.tensor([list(ids)]), max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
-    return out[0, len(ids) :].tolist()
+        for _ in range(steps):
+            res = model(torch.tensor([chunk]), past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            out.append(int(res.logits[0, -1].argmax()))
+            chunk = [out[-1]]
+    return out

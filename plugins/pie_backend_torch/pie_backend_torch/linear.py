@@ -232,8 +232,8 @@ class Q4:
 
 class Q8:
     """int8 weights in blocks of 32 inputs with a float16 scale per 16 (``w = q * scale``) times
-    activations quantised to int8 per block of 32 on every call (llama.cpp's Q8_0 x Q8_0 scheme),
-    on the backend's own kernel. Weights dequantised from 5-, 6- and 8-bit GGUF types (Q5_0, Q6_K,
+    activations quantised to int8 per 16 inputs on every call (llama.cpp's Q8_0 x Q8_0 scheme, in
+    half its block size), on the backend's own kernel. Weights dequantised from 5-, 6- and 8-bit GGUF types (Q5_0, Q6_K,
     Q8_0) are kept (to float16 rounding of each scale). Every row is computed on its own, in the
     same order whatever the batch: a row's result never depends on the other rows."""
 

@@ -10,8 +10,8 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   it: q4 for tensors of a 4-bit GGUF type (each block of 32 on 16 levels), q8 for 5-, 6- and 8-bit
   ones, float32 for the rest, with one layer for every batch size, float32 activations and KV cache
   (``dtype`` auto), so that a row's result never depends on the other rows of its batch. ``"q8"``
-  is int8 weights (blocks of 32, a float16 scale per 16 inputs) times int8 activations per block
-  of 32, on ``csrc/q4.cpp``. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
+  is int8 weights (blocks of 32, a float16 scale per 16 inputs) times int8 activations per 16
+  inputs, on ``csrc/q4.cpp``. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
   int8 activations quantised per block of 32, on ``csrc/q4.cpp``; float32 activations.
   ``"w8a8"`` is int8 weights times int8 activations quantised per token on every call (outlier
   channels in float32), multiplied by ``torch._int_mm`` on a CPU with VNNI and by fbgemm's

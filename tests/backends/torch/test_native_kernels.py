@@ -102,7 +102,7 @@ def test_q8_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
     w, x, bias = torch.randn(out, inp) / 10, torch.randn(rows, inp), torch.randn(out)
     packed = native.pack_q8(w)[0]
     m, k = x.shape
-    blocks = x.double().reshape(m, k // 32, 32)
+    blocks = x.double().reshape(m, k // 16, 16)  # q8 quantises activations per 16 inputs
     step = blocks.abs().amax(dim=2, keepdim=True) / 127
     xq = (torch.round(blocks / torch.where(step > 0, step, 1.0)) * step).reshape(m, k)
     want = xq @ native.unpack_q8(packed, k, out).double().T + bias.double()

@@ -236,18 +236,36 @@ at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
 // run of K/32 blocks of 576 bytes:
 //   512 bytes   8 chunks of 64; byte 4r+t of chunk c holds row r's input 4c+t as w + 128 (w in -127..127)
 //   32 halfs    scale of inputs 0..15 of each row (16), then of inputs 16..31 (16): w_real = w * scale
-// Activations are quantised per block of 32 as for q4. Every dot product of 16 inputs is an exact
+// Activations are quantised per 16 inputs (the weights' scale blocks). Every dot product of 16 inputs is an exact
 // int32, and a row's float sum runs over its blocks in one fixed order whatever the other rows,
 // the tile size or the vector path (AVX512-VNNI, AVX2 give bitwise the same results).
 constexpr int kQ8BlockBytes = 576;
 
+// One row of x for q8: int8 values, a scale and the sum of the int8 values per 16 inputs (the
+// weights' scale blocks): finer steps than q4's 32 where an outlier shares a block.
 void quantise_row8(const float* x, int64_t K, int8_t* q, float* step, int32_t* isum) {
-  std::vector<float> unused(K / kBlock);
-  quantise_row(x, K, q, step, unused.data());
+  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t h = 0; h < K / 16; ++h) {
-    int32_t s = 0;
-    for (int i = 0; i < 16; ++i) s += q[h * 16 + i];
-    isum[h] = s;
+    const float* xb = x + h * 16;
+    const __m256 a = _mm256_loadu_ps(xb), b = _mm256_loadu_ps(xb + 8);
+    __m256 peak = _mm256_max_ps(_mm256_andnot_ps(sign, a), _mm256_andnot_ps(sign, b));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    const __m256i va = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i vb = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(b, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i p16 = _mm256_packs_epi32(va, vb);  // lanes: a0-3 b0-3 a4-7 b4-7
+    const __m128i p8 = _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+    // p8 bytes: a0-3 b0-3 a4-7 b4-7 -> a0-7 b0-7
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + h * 16), _mm_shuffle_epi32(p8, _MM_SHUFFLE(3, 1, 2, 0)));
+    __m256i t = _mm256_add_epi32(va, vb);
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_hadd_epi32(u, u);
+    u = _mm_hadd_epi32(u, u);
+    step[h] = d;
+    isum[h] = _mm_cvtsi128_si32(u);
   }
 }
 
@@ -273,11 +291,11 @@ void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const fl
         d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
       }
       const int32_t* is = isum + r * 2 * nb + 2 * b;
+      const float* xs = xstep + r * 2 * nb + 2 * b;
       d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(128 * is[0]));
       d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(128 * is[1]));
-      const __m512 xs = _mm512_set1_ps(xstep[r * nb + b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s0, xs), acc[r]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s1, xs), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s0, _mm512_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s1, _mm512_set1_ps(xs[1])), acc[r]);
     }
   }
   const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
@@ -315,9 +333,9 @@ void q8_half(const uint8_t* g, int h, int64_t nb, const int8_t* xq, int64_t K, c
     for (int r = 0; r < R; ++r) {
       const int8_t* xb = xq + r * K + b * kBlock;
       const __m256i d0 = q8_dot16(p, h, 0, xb), d1 = q8_dot16(p, h, 4, xb + 16);
-      const __m256 xs = _mm256_set1_ps(xstep[r * nb + b]);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(s0, xs), acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(s1, xs), acc[r]);
+      const float* xs = xstep + r * 2 * nb + 2 * b;
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(s0, _mm256_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(s1, _mm256_set1_ps(xs[1])), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -352,14 +370,14 @@ at::Tensor q8_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
   at::Tensor xq = at::empty({M, K}, x.options().dtype(at::kChar));
-  at::Tensor xstep = at::empty({M, nb}, x.options());
+  at::Tensor xstep = at::empty({M, 2 * nb}, x.options());
   at::Tensor xsum = at::empty({M, 2 * nb}, x.options().dtype(at::kInt));
   const float* xp = x.data_ptr<float>();
   int8_t* xqp = xq.data_ptr<int8_t>();
   float* sp = xstep.data_ptr<float>();
   int32_t* up = xsum.data_ptr<int32_t>();
   at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quantise_row8(xp + r * K, K, xqp + r * K, sp + r * nb, up + r * 2 * nb);
+    for (int64_t r = r0; r < r1; ++r) quantise_row8(xp + r * K, K, xqp + r * K, sp + r * 2 * nb, up + r * 2 * nb);
   });
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? b32.data_ptr<float>() : nullptr;
@@ -371,7 +389,7 @@ at::Tensor q8_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
       const float* bg = bp ? bp + n : nullptr;
       for (int64_t r = 0; r < M; r += 4) {
         const int8_t* xr = xqp + r * K;
-        const float* st = sp + r * nb;
+        const float* st = sp + r * 2 * nb;
         const int32_t* su = up + r * 2 * nb;
         float* o = yp + r * N + n;
         switch (std::min<int64_t>(4, M - r)) {
