@@ -15,7 +15,8 @@ it), so the engine core can change behind this face without breaking a backend. 
   :func:`logit_rows`, :func:`hidden_rows`;
 - the adapter hooks over a bank of adapters (:class:`AdapterHooks`, :class:`AdapterBank`) and
   the contract's LoRA tensor names and zo noise (:mod:`.lora`);
-- :func:`weights_cache_dir`, where derived weights may be kept;
+- :func:`weights_cache_dir`, where derived weights may be kept, and :func:`announce_step`, which
+  says on screen what a one-time step of loading (a kernel build, weight packing) is doing;
 - :class:`DummyBackend`, the weightless backend (entry point ``dummy``).
 
 The kit sits at the bottom of ``pie_core``: it may import only the contract (``hookspec``,
@@ -30,6 +31,7 @@ from pie_core.backend_kit.dummy import DummyBackend
 from pie_core.backend_kit.pools import DEFAULT_HOST_PAGES, MAX_BUDGET_PAGES, device_pool_pages, host_pool_pages
 from pie_core.backend_kit.rope import inverse_frequencies, layer_frequencies
 from pie_core.backend_kit.sampling import hidden_rows, logit_rows, sample_and_probe
+from pie_core.backend_kit.steps import announce_step, step_listener
 from pie_core.backend_kit.weights_cache import weights_cache_dir
 from pie_core.errors import Unsupported
 from pie_core.hookspec import (
@@ -75,6 +77,8 @@ __all__ = [
     "MAX_BUDGET_PAGES",
     "DEFAULT_HOST_PAGES",
     "weights_cache_dir",
+    "announce_step",
+    "step_listener",
     "AdapterHooks",
     "AdapterBank",
     "lora",

@@ -112,10 +112,11 @@ def load_model(engine: Engine, name: str | None, quiet: bool = False, stream: IO
         As :meth:`~pie_core.engine.engine.Engine.load`.
     """
     from pie_core import config
+    from pie_core.backend_kit.steps import step_listener
     from pie_core.models.registry import resolve_model
 
     label = f"loading {name or config.get('engine.default_model', engine.config)}"
-    with loading_bar(label, quiet, stream) as progress:
+    with loading_bar(label, quiet, stream) as progress, step_listener(progress.phase):
         resolve_model(name, engine.config, progress=progress)
         model = engine.load(name, progress=progress)
     progress.done(f"loaded {model.name} on {engine.backend}")

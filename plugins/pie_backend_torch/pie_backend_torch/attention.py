@@ -34,12 +34,6 @@ def _keys(ks: torch.Tensor, slots: torch.Tensor | None, first: int, length: int)
     return ks.index_select(1, slots.reshape(-1)).view(ks.shape[0], *slots.shape, ks.shape[2])
 
 
-_SERIAL_DECODE_KEYS = 8192
-"""CPU decode groups reading at most this many key slots in all run on one thread: their
-matmuls are too small to split, and waking the second thread's pool between the int4 kernels
-cost ~0.3 ms per layer (15% of a batch-1 step on 2 cores)."""
-
-
 @contextmanager
 def _serial(on: bool) -> Iterator[None]:
     """Run torch's CPU ops on one thread inside the block when ``on``."""
@@ -76,7 +70,7 @@ def _decode(q: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, g: DecodeGroup,
     bias = g.bias_sliding if sliding and g.bias_sliding is not None else g.bias
     qh = qg.view(members, kvh, heads // kvh, d).transpose(0, 1)
     cpu = k.device.type == "cpu"
-    with _serial(cpu and members * g.length <= _SERIAL_DECODE_KEYS):
+    with _serial(cpu):  # one thread: each row's products run the same way whatever the group's size
         if cpu and k.dtype != torch.float32:
             qh, k, v = qh.float(), k.float(), v.float()
         out = _weighted(qh, k, v, bias[:, None, :], softcap)  # [KV, G, group, d]

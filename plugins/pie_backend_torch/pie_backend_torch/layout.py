@@ -3,8 +3,9 @@
 Built once per forward from a :class:`~pie_core.backend_kit.ForwardBatch` (numpy on the host, then
 moved to the device), and reused by all layers. Requests split in two kinds:
 
-- *decode rows*: one input token and no custom mask, attended together (keys padded to the
-  longest request of a length bucket, masked by an additive bias).
+- *decode rows*: one input token and no custom mask, attended together (each row's keys padded
+  to its own length rounded up to a power of two, masked by an additive bias; rows of the same
+  padded length share a group).
 - *blocks*: everything else (prefill chunks, custom masks), attended one request at a time.
 
 A request whose pages are consecutive ids is read in place (a slice of the pool); others are
@@ -23,7 +24,7 @@ from pie_core.backend_kit import ForwardBatch, kv_lengths
 __all__ = ["DecodeGroup", "Block", "BatchPlan", "plan_batch"]
 
 _BUCKET_MIN = 64
-"""Decode rows whose KV lengths are within 2x of each other (or under this) share a group."""
+"""The shortest key span of a decode row (see :func:`_padded`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,46 +125,45 @@ class _Planner:
         rows: np.ndarray = np.asarray(~allowed.any(axis=1))
         return self.tensor(rows) if rows.any() else None
 
-    def decode_group(self, members: np.ndarray, whole_batch: bool) -> DecodeGroup:
+    def decode_group(self, members: np.ndarray, whole_batch: bool, span: int) -> DecodeGroup:
+        """``members`` attended over ``span`` key slots each (their own padded length, see
+        :func:`_padded`): a row's keys, bias and product shapes never depend on the other rows."""
         b = self.batch
         counts = np.diff(b.kv_page_indptr)[members].astype(np.int64)
-        width = int(counts.max())
+        width = -(-span // self.ps)
         col = np.arange(width)
         idx = b.kv_page_indptr[members][:, None] + np.minimum(col[None, :], counts[:, None] - 1)
         table = b.kv_page_indices[idx].astype(np.int64)
-        slots = (table[:, :, None] * self.ps + np.arange(self.ps)).reshape(len(members), -1)
+        slots = (table[:, :, None] * self.ps + np.arange(self.ps)).reshape(len(members), -1)[:, :span]
         tokens = b.qo_indptr[members].astype(np.int64)
-        span = np.arange(slots.shape[1])
+        keys = np.arange(span)
         kv_len = self.kv_len[members]
-        allowed = (span[None, :] <= b.kv_write_slots[tokens][:, None]) & (span[None, :] < kv_len[:, None])
-        in_place = len(members) == 1 and _in_place(table[0, : counts[0]])
-        length = int(kv_len[0]) if in_place else slots.shape[1]
+        allowed = (keys[None, :] <= b.kv_write_slots[tokens][:, None]) & (keys[None, :] < kv_len[:, None])
         sliding = _sliding(allowed, b.positions[tokens].astype(np.int64), self.pos[slots], self.window)
         return DecodeGroup(
             tokens=None if whole_batch else self.tensor(tokens),
-            slots=None if in_place else self.tensor(slots),
+            slots=self.tensor(slots),
             first_slot=int(slots[0, 0]),
-            length=length,
-            bias=self.tensor(_bias(allowed[:, :length])),
-            bias_sliding=None if sliding is None else self.tensor(_bias(sliding[:, :length])),
+            length=span,
+            bias=self.tensor(_bias(allowed)),
+            bias_sliding=None if sliding is None else self.tensor(_bias(sliding)),
         )
 
     def decode_groups(self, reqs: np.ndarray) -> tuple[DecodeGroup, ...]:
-        """Bucket single-token requests by KV length so padding at most doubles the work."""
+        """Single-token requests grouped by their padded KV length (padding at most doubles the work)."""
         if reqs.size == 0:
             return ()
-        order = reqs[np.argsort(self.kv_len[reqs], kind="stable")]
-        kv = self.kv_len[order]
-        cuts = [0]
-        for i in range(1, len(order)):
-            if kv[i] > max(2 * kv[cuts[-1]], _BUCKET_MIN):
-                cuts.append(i)
-        cuts.append(len(order))
-        groups = [order[a:z] for a, z in zip(cuts[:-1], cuts[1:])]
+        spans = _padded(self.kv_len[reqs])
+        groups = [(reqs[spans == s], int(s)) for s in np.unique(spans)]
         whole = len(groups) == 1 and len(reqs) == self.batch.num_tokens
-        if whole:  # every request decodes one token: keep batch order, no scatter afterwards
-            groups = [reqs]
-        return tuple(self.decode_group(g, whole) for g in groups)
+        return tuple(self.decode_group(g, whole, s) for g, s in groups)
+
+
+def _padded(kv_len: np.ndarray) -> np.ndarray:
+    """Each decode row's key span: its KV length rounded up to a power of two, at least
+    :data:`_BUCKET_MIN`. A function of the row alone, so that the row is attended by the same
+    arithmetic whatever else the batch holds (batch invariance)."""
+    return np.maximum(_BUCKET_MIN, 1 << np.ceil(np.log2(np.maximum(kv_len, 1))).astype(np.int64))
 
 
 def plan_batch(

@@ -1,11 +1,12 @@
 """Linear layers: dense weights, weight-only int8 / int4 on torch's CPU kernels, int8 x int8
-(w8a8), and 4-bit weights times int8 activations on the backend's own kernel (q4).
+(w8a8), and 4-bit (q4) or 8-bit (q8) weights times int8 activations on the backend's own kernels;
+``fit`` picks per tensor the narrowest of q4, q8 and float32 that holds its values.
 
 Every kind is called as ``layer(x)`` with ``x`` ``[tokens, in_features]`` and returns
 ``[tokens, out_features]`` in ``x``'s dtype. Quantised kinds use torch's own CPU kernels
 (``aten._weight_int8pack_mm``: int8 per output channel; ``aten._weight_int4pack_mm_for_cpu``:
 int4 in groups of 32 input features with a scale and an offset per group), which are fastest for
-matrix-vector work; :class:`Q4` runs ``csrc/q4.cpp`` (built on first use, :mod:`.native`);
+matrix-vector work; :class:`Q4` and :class:`Q8` run ``csrc/q4.cpp`` (built on first use, :mod:`.native`);
 :class:`ByBatchSize` routes larger batches to other weights.
 """
 
@@ -34,6 +35,8 @@ __all__ = [
     "INT4_GROUP",
     "Int8Dynamic",
     "Q4",
+    "Q8",
+    "fit",
     "layer_tensors",
     "rebuild_layer",
 ]
@@ -76,6 +79,10 @@ class Dense:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
+        return F.embedding(ids, self.weight).float()
 
 
 class PackedDense:
@@ -213,8 +220,67 @@ class Q4:
         """The effective float32 ``[out, in]`` weight (for tests)."""
         return native.unpack_q4(self.packed, self.in_features, self.out_features)
 
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
+        groups = self.packed.index_select(0, ids // native.Q4_GROUP)
+        w = native.unpack_q4(groups, self.in_features, groups.shape[0] * native.Q4_GROUP)
+        return w.reshape(-1, native.Q4_GROUP, self.in_features)[torch.arange(len(ids)), ids % native.Q4_GROUP]
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.op(x, self.packed, self.out_features, self.bias)
+
+
+class Q8:
+    """int8 weights in blocks of 32 inputs with a float16 scale per 16 (``w = q * scale``) times
+    activations quantised to int8 per 16 inputs on every call (llama.cpp's Q8_0 x Q8_0 scheme, in
+    half its block size), on the backend's own kernel. Weights dequantised from 5-, 6- and 8-bit GGUF types (Q5_0, Q6_K,
+    Q8_0) are kept (to float16 rounding of each scale). Every row is computed on its own, in the
+    same order whatever the batch: a row's result never depends on the other rows."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        packed, self.exact = native.pack_q8(weight)
+        self._set(packed, int(weight.shape[1]), int(weight.shape[0]), bias)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> "Q8":
+        """The layer over ``out_features`` rows packed by :func:`pie_backend_torch.native.pack_q8`."""
+        layer = cls.__new__(cls)
+        layer.exact = float("nan")
+        layer._set(packed, native.q8_in_features(packed.shape[1]), out_features, bias)
+        return layer
+
+    def _set(self, packed: torch.Tensor, in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
+        if -(-out_features // native.Q4_GROUP) != packed.shape[0]:
+            raise ValueError(f"{packed.shape[0]} packed q8 groups cannot hold {out_features} rows")
+        self.op = native.require_q4().q8_linear
+        self.packed = packed
+        self.in_features = in_features
+        self.out_features = out_features
+        self.bias = None if bias is None else bias.float()
+
+    def dequantised(self) -> torch.Tensor:
+        """The effective float32 ``[out, in]`` weight (for tests)."""
+        return native.unpack_q8(self.packed, self.in_features, self.out_features)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
+        return native.q8_rows(self.packed, self.in_features, ids)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.op(x, self.packed, self.out_features, self.bias)
+
+
+def fit(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+    """The narrowest layer that keeps ``weight``'s values: :class:`Q4` where every block of 32
+    inputs lies on 16 evenly spaced levels (4-bit GGUF types), :class:`Q8` where every 16 inputs lie
+    on a symmetric int8 grid (5-, 6-, 8-bit GGUF types), else float32 (F16, BF16, F32 weights)."""
+    if weight.device.type == "cpu" and weight.shape[1] % native.Q4_BLOCK == 0:
+        if native.holds_q4(weight):
+            return Q4(weight, bias)
+        q8 = Q8(weight, bias)
+        if q8.exact == 1.0:
+            return q8
+    return Dense(weight.float(), None if bias is None else bias.float())
 
 
 class _KeptColumns:
@@ -347,7 +413,8 @@ def quantise(
     max_tokens: int,
     large: str = "none",
 ) -> Linear:
-    """A linear layer of ``kind`` (``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"``, ``"q4"``) over float ``weight``.
+    """A linear layer of ``kind`` (``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"``, ``"q4"``, ``"q8"``,
+    ``"fit"``) over float ``weight``.
 
     ``max_tokens > 0`` keeps a second layer for batches of more rows: dense weights (``large``
     ``"none"``) or :class:`Int8Dynamic` (``"w8a8"``). int4 needs the input width to be a multiple
@@ -357,12 +424,16 @@ def quantise(
     b = None if bias is None else bias.to(dtype)
     if kind == "none":
         return dense(weight, bias, dtype)
+    if kind == "fit":  # one layer for every batch size: a row's result never depends on the batch
+        return fit(weight, bias)
     if kind == "w8a8":
         small: Linear = Int8Dynamic(weight, bias)
     elif kind == "int4" and fits_int4(weight):
         small = Int4(weight, b)
     elif kind == "q4":
         small = Q4(weight, bias) if weight.shape[1] % native.Q4_BLOCK == 0 else Int8Dynamic(weight, bias)
+    elif kind == "q8":
+        small = Q8(weight, bias) if weight.shape[1] % native.Q4_BLOCK == 0 else Int8Dynamic(weight, bias)
     else:
         small = Int8(weight, b)
     if max_tokens <= 0 or (kind == "w8a8" and large == "w8a8"):
@@ -388,6 +459,10 @@ def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> di
         out = {"int4": layer.packed, "scales_and_zeros": layer.scales_and_zeros}
     elif isinstance(layer, Q4):
         out = {"q4": layer.packed, "q4_rows": torch.tensor(layer.out_features)}
+    elif isinstance(layer, Q8):
+        out = {"q8": layer.packed, "q8_rows": torch.tensor(layer.out_features)}
+    elif isinstance(layer, Dense) and layer.weight.dtype == torch.float32:
+        out = {"dense32": layer.weight}
     elif isinstance(layer, Int8Dynamic):
         out = {"w8a8": layer.weight, "scale": layer.scale}
     elif isinstance(layer, Int8):
@@ -412,6 +487,10 @@ def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_toke
         return Int4.from_packed(tensors["int4"], tensors["scales_and_zeros"], bias)
     if "q4" in tensors:
         return Q4.from_packed(tensors["q4"], int(tensors["q4_rows"]), bias)
+    if "q8" in tensors:
+        return Q8.from_packed(tensors["q8"], int(tensors["q8_rows"]), bias)
+    if "dense32" in tensors:
+        return Dense(tensors["dense32"], bias)
     if "w8a8" in tensors:
         return Int8Dynamic.from_quantised(tensors["w8a8"], tensors["scale"], bias)
     if "int8" in tensors:

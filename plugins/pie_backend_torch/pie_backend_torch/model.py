@@ -53,8 +53,8 @@ class Transformer:
         self.weights = weights
         self.cache = cache
         self.config = config
-        self.linear_dtype = torch.float32 if config.quant in ("q4", "w8a8") else config.dtype
-        """What the linear layers take: q4 and w8a8 quantise float32 activations themselves."""
+        self.linear_dtype = torch.float32 if config.quant in ("q4", "q8", "w8a8", "fit") else config.dtype
+        """What the linear layers take: q4, q8, fit and w8a8 quantise float32 activations themselves."""
         self.rope = RopeTables(spec, config.device)
         self.window = spec.sliding_window if any(spec.is_sliding(i) for i in range(spec.num_layers)) else None
         self.sliding = tuple(spec.is_sliding(i) and self.window is not None for i in range(spec.num_layers))
@@ -106,7 +106,8 @@ class Transformer:
 
         Only device work: no host transfer happens here, so CUDA graphs can capture it.
         """
-        x = F.embedding(ids, self.weights.embed).float()
+        embed = self.weights.embed
+        x = F.embedding(ids, embed).float() if isinstance(embed, torch.Tensor) else embed.rows(ids)
         if self.spec.embed_scale != 1.0:
             x = x * self.spec.embed_scale
         for i, lw in enumerate(self.weights.layers):

@@ -24,15 +24,30 @@ from typing import Any
 
 import torch
 
-from pie_core.backend_kit import weights_cache_dir
+from pie_core.backend_kit import announce_step, weights_cache_dir
 
-__all__ = ["ops", "require_q4", "unavailable_reason", "pack_q4", "unpack_q4", "q4_in_features", "Q4_BLOCK"]
+__all__ = [
+    "ops",
+    "require_q4",
+    "unavailable_reason",
+    "pack_q4",
+    "unpack_q4",
+    "q4_in_features",
+    "holds_q4",
+    "pack_q8",
+    "unpack_q8",
+    "q8_in_features",
+    "Q4_BLOCK",
+]
 
 Q4_BLOCK = 32
 Q4_GROUP = 16
 """Output rows per packed group (16 int32 lanes of a 512-bit vector)."""
 Q4_BLOCK_BYTES = 320
 """Bytes per block of 32 inputs of a group: 256 of nibbles, 16 float16 scales, 16 float16 lows."""
+Q8_BLOCK_BYTES = 576
+"""q8 bytes per block of 32 inputs of a group: 512 of int8 weights, 32 float16 scales (one per 16 inputs)."""
+Q8_SCALE_INPUTS = 16
 _SOURCE = Path(__file__).with_name("csrc") / "q4.cpp"
 _MARCH = os.environ.get("PIE_TORCH_MARCH", "native")
 """``-march`` of the build: ``native`` (this CPU), or e.g. ``x86-64-v3`` for a build that runs on
@@ -75,7 +90,7 @@ def _build() -> Any:
     where.mkdir(parents=True, exist_ok=True)
     lib = where / "pie_cpu_q4.so"
     if not lib.exists():
-        _log.info("building the torch backend's CPU kernels in %s (once per CPU kind)", where)
+        announce_step(f"torch backend: compiling its CPU kernels for this CPU (once, ~20-60 s; kept in {where})")
         load(
             name="pie_cpu_q4",
             sources=[str(_SOURCE)],
@@ -159,7 +174,7 @@ def _pack_groups(weight: torch.Tensor, inp: int) -> torch.Tensor:
     w = w.reshape(groups, Q4_GROUP, nb, Q4_BLOCK).transpose(1, 2)  # [group, block, row, input]
     lo = w.amin(dim=3)
     low = lo.to(torch.float16)
-    scale = _steps(w, lo).clamp(min=1e-8).to(torch.float16)
+    scale = _steps(w, lo)[0].clamp(min=1e-8).to(torch.float16)
     q = torch.round((w - low.float()[..., None]) / scale.float()[..., None]).clamp(0, 15).to(torch.uint8)
     # input 4c+t of row r -> byte 4r+t of chunk c (low nibble); input 16+4c+t -> its high nibble
     q = q.reshape(groups, nb, Q4_GROUP, 2, 4, 4).permute(0, 1, 3, 4, 2, 5)  # [g, b, half, c, r, t]
@@ -168,19 +183,138 @@ def _pack_groups(weight: torch.Tensor, inp: int) -> torch.Tensor:
     return packed.reshape(groups, nb * Q4_BLOCK_BYTES).contiguous()
 
 
-def _steps(w: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
-    """Per block (last dim of ``w``): the smallest gap between its values where every value is
-    ``lo + q * gap`` with ``q`` in 0..15 (to float32 noise), else its range over 15."""
-    plain = (w.amax(dim=-1) - lo) / 15.0
-    ordered = w.sort(dim=-1).values
-    gaps = ordered[..., 1:] - ordered[..., :-1]
-    gaps = torch.where(gaps > 1e-3 * plain[..., None], gaps, torch.inf)  # equal values, rounding noise
-    gap = gaps.amin(dim=-1)
-    gap = torch.where(torch.isfinite(gap), gap, plain)
-    q = torch.round((w - lo[..., None]) / gap[..., None])
-    off = (w - lo[..., None] - q * gap[..., None]).abs().amax(dim=-1)
-    fits = (q.amax(dim=-1) <= 15) & (off <= 1e-3 * gap)
-    return torch.where(fits, gap, plain)
+def _steps(w: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per block (last dim of ``w``): the widest step ``range / k`` (``k`` in 1..15) on which every
+    value is ``lo + q * step`` with an integer ``q`` (to float32 noise), else the range over 15; and
+    whether the block fits (its values are then kept, but for the float16 rounding of step and low).
+    A block on at most 16 evenly spaced levels always fits: its range is a whole number of steps."""
+    span = w.amax(dim=-1) - lo
+    step, fits = span / 15.0, span == 0
+    rest = torch.arange(span.numel()).reshape(span.shape)[~fits]
+    flat_w, flat_lo, flat_span = w.reshape(-1, w.shape[-1]), lo.reshape(-1), span.reshape(-1)
+    flat_step, flat_fits = step.reshape(-1), fits.reshape(-1)
+    for k in range(1, 16):
+        if rest.numel() == 0:
+            break
+        s = flat_span[rest] / k
+        d = flat_w[rest] - flat_lo[rest, None]
+        ok = ((d - torch.round(d / s[:, None]) * s[:, None]).abs().amax(dim=-1) <= 1e-3 * s)
+        flat_step[rest[ok]] = s[ok]
+        flat_fits[rest[ok]] = True
+        rest = rest[~ok]
+    return flat_step.reshape(span.shape), flat_fits.reshape(span.shape)
+
+
+def holds_q4(weight: torch.Tensor) -> bool:
+    """Whether every block of 32 inputs of ``[out, in]`` ``weight`` lies on at most 16 evenly
+    spaced levels (a tensor dequantised from a 4-bit GGUF type: Q4_K, Q4_0, Q4_1), so that q4
+    keeps it (to float16 rounding of each block's step and low)."""
+    out, inp = weight.shape
+    if inp % Q4_BLOCK:
+        return False
+    for a in (0, *range(0, out, _PACK_ROWS)):  # the first 16 rows alone: most tensors fail there
+        w = weight[a : a + (Q4_GROUP if a == 0 else _PACK_ROWS)].float().reshape(-1, Q4_BLOCK)
+        if not bool(_steps(w, w.amin(dim=-1))[1].all()):
+            return False
+    return True
+
+
+_Q8_EXACT = (-127, -16, 127, 16, 15)
+"""Peaks in steps to try for a float16 step (negative: of the block of 32): Q8_0 (127), Q5_0 (16)."""
+_Q8_ANY = tuple(dict.fromkeys((32, 31, 127, 16, 15, *range(1, 128))))
+"""Peaks in steps to try for any step: Q6_K (32, 31) first."""
+
+
+def _grid(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sub-block (rows of ``w``): a step on which every value is ``q * step`` with an integer
+    ``q`` in -127..127, else the peak over 127; and whether it fits. Steps ``peak / k`` (``k`` in
+    1..127) are tried, first a few that float16 holds exactly (Q8_0's and Q5_0's scales, with their
+    values then kept bit for bit), then any (Q6_K's products of two scales: the values are kept but for the
+    float16 rounding of the step). A symmetric grid of at most 255 levels always fits."""
+    peak = w.abs().amax(dim=-1)
+    step, fits = peak / 127.0, peak == 0
+    pair = peak.reshape(-1, 2).amax(dim=-1).repeat_interleave(2)  # the block of 32's peak (Q8_0, Q5_0 share a scale)
+    for exact, levels in ((True, _Q8_EXACT), (False, _Q8_ANY)):
+        rest = torch.nonzero(~fits).flatten()
+        for k in levels:
+            if rest.numel() == 0:
+                break
+            s = (pair[rest] / -k) if k < 0 else (peak[rest] / k)
+            if exact:
+                s = s.half().float()
+            v = w[rest]
+            q = torch.round(v / s[:, None])
+            off = (v - q * s[:, None]).abs().amax(dim=-1)
+            ok = (off <= (1e-6 if exact else 1e-3) * s) & (q.abs().amax(dim=-1) <= 127)
+            step[rest[ok]] = s[ok]
+            fits[rest[ok]] = True
+            rest = rest[~ok]
+    return step, fits
+
+
+def pack_q8(weight: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """``[out, in]`` float weights as the kernel's int8 groups: uint8 ``[ceil(out/16), in/32 * 576]``,
+    and the fraction of 16-input sub-blocks kept exactly (but for float16 rounding of their scale).
+
+    Each 16 inputs of a row get ``w ≈ q * scale`` with ``q`` in -127..127 and a float16 ``scale``:
+    the step of the sub-block's values where they lie on such a grid (tensors dequantised from
+    Q8_0, Q5_0, Q6_K, ...), else the peak over 127. Rows go in groups of 16 as for q4; a block of
+    32 inputs is 8 chunks of 64 bytes (byte 4r+t of chunk c: row r's input 4c+t, plus 128), then the
+    16 rows' scales of inputs 0..15, then those of inputs 16..31 (``csrc/q4.cpp``).
+
+    Raises:
+        ValueError: ``in`` is not a multiple of 32.
+    """
+    out, inp = weight.shape
+    if inp % Q4_BLOCK:
+        raise ValueError(f"q8 needs in_features divisible by {Q4_BLOCK}, got {inp}")
+    parts, kept, total = [], 0, 0
+    step = _PACK_ROWS // Q4_GROUP
+    for g in range(0, -(-out // Q4_GROUP), step):
+        packed, fits = _pack_q8_groups(weight[g * Q4_GROUP : (g + step) * Q4_GROUP], inp)
+        parts.append(packed)
+        kept, total = kept + int(fits.sum()), total + fits.numel()
+    return torch.cat(parts), kept / max(total, 1)
+
+
+def _pack_q8_groups(weight: torch.Tensor, inp: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = weight.shape[0]
+    nb, groups = inp // Q4_BLOCK, -(-rows // Q4_GROUP)
+    w = torch.zeros(groups * Q4_GROUP, inp)
+    w[:rows] = weight.float()
+    step, fits = _grid(w.reshape(-1, Q8_SCALE_INPUTS))
+    fits = fits.reshape(-1, inp // Q8_SCALE_INPUTS)[:rows]
+    scale = step.clamp(min=1e-8).to(torch.float16).reshape(groups, Q4_GROUP, nb, 2)
+    q = torch.round(w.reshape(groups, Q4_GROUP, nb, 2, Q8_SCALE_INPUTS) / scale.float()[..., None])
+    q = (q.clamp(-127, 127) + 128).to(torch.uint8)  # [g, r, b, half, 16]
+    q = q.reshape(groups, Q4_GROUP, nb, 8, 4).permute(0, 2, 3, 1, 4)  # [g, b, chunk, r, t]
+    scales = scale.permute(0, 2, 3, 1).contiguous()  # [g, b, half, r]
+    packed = torch.cat([q.reshape(groups, nb, 512), scales.view(torch.uint8).reshape(groups, nb, 64)], dim=2)
+    return packed.reshape(groups, nb * Q8_BLOCK_BYTES).contiguous(), fits
+
+
+def q8_in_features(row_bytes: int) -> int:
+    """The input width whose packed q8 groups are ``row_bytes`` long (576 bytes per block of 32)."""
+    if row_bytes % Q8_BLOCK_BYTES:
+        raise ValueError(f"{row_bytes} bytes is no packed q8 group")
+    return row_bytes // Q8_BLOCK_BYTES * Q4_BLOCK
+
+
+def unpack_q8(packed: torch.Tensor, in_features: int, out_features: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weights that :func:`pack_q8`'s groups stand for."""
+    return q8_rows(packed, in_features, torch.arange(out_features))
+
+
+def q8_rows(packed: torch.Tensor, in_features: int, rows: torch.Tensor) -> torch.Tensor:
+    """float32 ``[len(rows), in]``: rows ``rows`` of :func:`pack_q8`'s weights (an embedding lookup)."""
+    nb = in_features // Q4_BLOCK
+    blocks = packed.index_select(0, rows // Q4_GROUP).reshape(-1, nb, Q8_BLOCK_BYTES)
+    r = (rows % Q4_GROUP).reshape(-1, 1, 1, 1)
+    q = blocks[..., :512].reshape(-1, nb, 8, Q4_GROUP, 4)
+    q = q.gather(3, r[..., None].expand(-1, nb, 8, 1, 4)).reshape(-1, nb, 2, Q8_SCALE_INPUTS)
+    scale = blocks[..., 512:].contiguous().view(torch.float16).reshape(-1, nb, 2, Q4_GROUP)
+    s = scale.gather(3, r.expand(-1, nb, 2, 1)).float()
+    return ((q.float() - 128) * s).reshape(-1, in_features)
 
 
 def q4_in_features(row_bytes: int) -> int:

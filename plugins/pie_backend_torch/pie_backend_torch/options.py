@@ -2,11 +2,16 @@
 
 Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
 
-- ``quant``: ``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"`` or ``"q4"``: quantisation of the
-  linear layers (CPU). ``"auto"`` (the default), when ``dtype`` is ``"auto"`` on a CPU, means q4
-  where the backend's own kernels build (:mod:`pie_backend_torch.native`), else int4 where the CPU
-  has native bf16 and w8a8 where it has not (see docs/performance.md for their speed and
-  accuracy); else none. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
+- ``quant``: ``"none"``, ``"int8"``, ``"int4"``, ``"w8a8"``, ``"q4"``, ``"q8"`` or ``"fit"``:
+  quantisation of the linear layers (CPU). ``"auto"`` (the default), when ``dtype`` is ``"auto"``
+  on a CPU, means fit where the backend's own kernels build (:mod:`pie_backend_torch.native`), else
+  int4 where the CPU has native bf16 and w8a8 where it has not (see docs/performance.md for their
+  speed and accuracy); else none. ``"fit"`` keeps every tensor as precise as the checkpoint gave
+  it: q4 for tensors of a 4-bit GGUF type (each block of 32 on 16 levels), q8 for 5-, 6- and 8-bit
+  ones, float32 for the rest, with one layer for every batch size, float32 activations and KV cache
+  (``dtype`` auto), so that a row's result never depends on the other rows of its batch. ``"q8"``
+  is int8 weights (blocks of 32, a float16 scale per 16 inputs) times int8 activations per 16
+  inputs, on ``csrc/q4.cpp``. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
   int8 activations quantised per block of 32, on ``csrc/q4.cpp``; float32 activations.
   ``"w8a8"`` is int8 weights times int8 activations quantised per token on every call (outlier
   channels in float32), multiplied by ``torch._int_mm`` on a CPU with VNNI and by fbgemm's
@@ -51,7 +56,7 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-QUANT_KINDS = ("none", "int8", "int4", "w8a8", "q4")
+QUANT_KINDS = ("none", "int8", "int4", "w8a8", "q4", "q8", "fit")
 LARGE_KINDS = ("none", "w8a8")
 DEFAULT_QUANT_MAX_TOKENS = 8
 Q4_MAX_TOKENS = 64
@@ -103,7 +108,7 @@ def cpu_has_bf16() -> bool:
 
 
 def _auto_quant(dtype_name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``quant="auto"``: q4 where the backend's kernels build; else int4 weight-only decode where
+    """``quant="auto"``: fit where the backend's kernels build; else int4 weight-only decode where
     the CPU computes bf16 natively, w8a8 on other CPUs (AVX2: fbgemm's int8 kernels are 2x int4's
     speed there, and bf16 is emulated); none when the dtype was chosen by hand or on a GPU."""
     if dtype_name != "auto" or device.type != "cpu":
@@ -111,7 +116,7 @@ def _auto_quant(dtype_name: str, device: torch.device, dtype: torch.dtype) -> st
     from pie_backend_torch import native
 
     if native.ops() is not None:
-        return "q4"
+        return "fit"
     return "int4" if dtype == torch.bfloat16 else "w8a8"
 
 
@@ -158,9 +163,11 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         quant = _auto_quant(options.dtype, device, dtype)
     if quant not in QUANT_KINDS:
         raise ValueError(f"unsupported quant {quant!r}; expected one of {', '.join(QUANT_KINDS)} or 'auto'")
-    if quant in ("w8a8", "q4") and device.type != "cpu":
+    if quant == "fit" and options.dtype == "auto":
+        dtype = torch.float32  # activations and KV cache as transformers' float32 reference
+    if quant in ("w8a8", "q4", "q8", "fit") and device.type != "cpu":
         raise ValueError(f"{quant} runs on the CPU; use device='cpu' (got {device})")
-    if quant == "q4":
+    if quant in ("q4", "q8", "fit"):
         from pie_backend_torch import native
 
         native.require_q4()
@@ -179,6 +186,10 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
     quant_max = int(extra.get("quant_max_tokens", _q4_max_tokens() if quant == "q4" else DEFAULT_QUANT_MAX_TOKENS))
     if quant_max < 0:
         raise ValueError(f"quant_max_tokens must be >= 0, got {quant_max}")
+    if quant == "fit":
+        if extra.get("quant_large", "auto") not in ("auto", "none") or int(extra.get("quant_max_tokens", 0)) != 0:
+            raise ValueError("quant 'fit' runs one layer for every batch size; leave quant_max_tokens and quant_large unset")
+        quant_max, quant_large = 0, "none"
     kernels = str(extra.get("kernels", "triton" if device.type == "cuda" else "torch"))
     if kernels not in ("torch", "triton"):
         raise ValueError(f"kernels must be 'torch' or 'triton', got {kernels!r}")

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from pie_core.backend_kit import ModelSpec
+from pie_core.backend_kit import ModelSpec, announce_step
 
 from pie_backend_torch.linear import Linear, layer_tensors, quantise, rebuild_layer
 from pie_backend_torch.options import TorchConfig
@@ -45,7 +45,7 @@ class LayerWeights:
 class ModelWeights:
     """All weights of one model."""
 
-    embed: torch.Tensor  # [vocab, hidden], compute dtype
+    embed: torch.Tensor | Linear  # [vocab, hidden] in the compute dtype, or (quant "fit") a layer with ``rows(ids)``
     lm_head: Linear
     output_norm: torch.Tensor
     layers: tuple[LayerWeights, ...]
@@ -86,7 +86,9 @@ class _Source:
     def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
         return self.vector(name, size) if present else None
 
-    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor | Linear:
+        if self.config.quant == "fit":  # as precise as stored: the layer fit picks, read a row at a time
+            return self.linear("embed", lambda: weight)
         return self._keep("embed", weight.to(self.config.device, self.config.dtype))
 
     def linear(
@@ -121,7 +123,9 @@ class _Recorded:
     def maybe_vector(self, name: str, size: int, present: bool) -> torch.Tensor | None:
         return self._get(name) if present else None
 
-    def embedding(self, weight: torch.Tensor) -> torch.Tensor:
+    def embedding(self, weight: torch.Tensor) -> torch.Tensor | Linear:
+        if self.config.quant == "fit":
+            return self.linear("embed", lambda: weight)
         return self._get("embed")
 
     def linear(
@@ -178,20 +182,26 @@ def build_weights(
     """
     src = _Source(dict(weights), config, record)
     vocab, h = spec.vocab_size, spec.hidden_size
+    what = f"torch backend: laying out the weights (quant {config.quant}, {config.dtype_name}"
+    what += "; kept in the weights cache for next time)" if record is not None else ")"
+    announce_step(f"{what}: embedding and output head")
     embed32 = src.take("token_embd.weight", (vocab, h))
     embed = src.embedding(embed32)
     if spec.tie_embeddings:
         src.arrays.pop("output.weight", None)  # some checkpoints store the tied copy anyway
-        lm_head = src.linear("lm_head", lambda: embed32)
+        lm_head = embed if not isinstance(embed, torch.Tensor) else src.linear("lm_head", lambda: embed32)
     else:
         lm_head = src.linear("lm_head", lambda: src.take("output.weight", (vocab, h)))
     del embed32
     output_norm = src.residual_norm("output_norm.weight", h)
-    layers = tuple(_layer(src, spec, i, src.take) for i in range(spec.num_layers))
+    layers = []
+    for i in range(spec.num_layers):
+        announce_step(f"{what}: layer {i + 1}/{spec.num_layers}")
+        layers.append(_layer(src, spec, i, src.take))
     if src.arrays:
         extra = ", ".join(sorted(src.arrays)[:5])
         raise ValueError(f"unexpected weights for a {spec.arch} model: {extra}")
-    return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=layers)
+    return ModelWeights(embed=embed, lm_head=lm_head, output_norm=output_norm, layers=tuple(layers))
 
 
 def rebuild_weights(spec: ModelSpec, tensors: dict[str, torch.Tensor], config: TorchConfig) -> ModelWeights:
@@ -206,9 +216,11 @@ def rebuild_weights(spec: ModelSpec, tensors: dict[str, torch.Tensor], config: T
         raise AssertionError("cached weights need no checkpoint tensor")
 
     h = spec.hidden_size
+    embed = src.embedding(torch.empty(0))
+    tied = spec.tie_embeddings and not isinstance(embed, torch.Tensor)
     return ModelWeights(
-        embed=src.embedding(torch.empty(0)),
-        lm_head=src.linear("lm_head", lambda: torch.empty(0)),
+        embed=embed,
+        lm_head=embed if tied else src.linear("lm_head", lambda: torch.empty(0)),
         output_norm=src.residual_norm("output_norm.weight", h),
         layers=tuple(_layer(src, spec, i, unused) for i in range(spec.num_layers)),
     )

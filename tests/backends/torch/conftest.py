@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _TESTS = Path(__file__).resolve().parents[2]
@@ -35,3 +37,21 @@ _integration = _integration_fixtures()
 default_gguf = _integration.default_gguf
 hf_model = _integration.hf_model
 cpu_engine = _integration.cpu_engine
+
+
+@pytest.fixture(scope="session")
+def default_torch():
+    """The torch backend on the default model with the options a user gets (``dtype`` auto: on a
+    CPU with the backend's kernels, quant fit), driven through its hooks; loaded once a session."""
+    from pie_backend_torch import TorchBackend
+    from pie_core.hookspec import BackendOptions
+    from pie_core.models.registry import resolve_model
+
+    source = resolve_model(None)
+    backend = TorchBackend()
+    backend.pie_backend_load_model(
+        source.spec,
+        source.weights(),
+        BackendOptions(page_size=16, kv_pages=256, host_pages=4, dtype="auto", weights_key=source.cache_key),
+    )
+    return source, backend

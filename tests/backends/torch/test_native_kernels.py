@@ -54,6 +54,75 @@ def test_q4_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
     torch.testing.assert_close(ops.q4_linear(x, packed, out, None).double(), _emulated(x, packed, out, None), atol=1e-4, rtol=1e-5)
 
 
+def _ggml_like(kind: str, rows: int, inp: int) -> torch.Tensor:
+    """Weights as a GGUF type dequantises them: Q8_0 / Q5_0 (one float16 scale per 32 inputs,
+    int8 / 5-bit levels), Q6_K (6-bit levels, a float16 ``d`` times an int8 scale per 16), Q4_K
+    (16 levels with a scale and a minimum per 32)."""
+    g = torch.Generator().manual_seed(len(kind) + rows)
+    if kind == "q6_k":
+        d = (torch.rand(rows, inp // 256, 1, 1, generator=g) * 1e-3).half().float()
+        sc = torch.randint(-128, 128, (rows, inp // 256, 16, 1), generator=g).float()
+        q = torch.randint(-32, 32, (rows, inp // 256, 16, 16), generator=g).float()
+        return (d * sc * q).reshape(rows, inp)
+    d = (torch.rand(rows, inp // 32, 1, generator=g) * 0.02).half().float()
+    if kind == "q4_k":
+        low = -(torch.rand(rows, inp // 32, 1, generator=g) * 0.1).half().float()
+        return (torch.randint(0, 16, (rows, inp // 32, 32), generator=g) * d + low).reshape(rows, inp)
+    q = torch.randint(-127, 128, (rows, inp // 32, 32), generator=g) if kind == "q8_0" else torch.randint(-16, 16, (rows, inp // 32, 32), generator=g)
+    return (q * d).reshape(rows, inp)
+
+
+@pytest.mark.parametrize("kind", ["q8_0", "q5_0"])
+def test_q8_keeps_8_and_5_bit_gguf_weights_bit_for_bit(kind):
+    w = _ggml_like(kind, 40, 256)
+    packed, exact = native.pack_q8(w)
+    assert exact == 1.0 and torch.equal(native.unpack_q8(packed, 256, 40), w)
+    assert not native.holds_q4(w)
+    assert isinstance(linear.fit(w, None), linear.Q8)
+
+
+def test_q8_keeps_q6_k_weights_to_float16_rounding_of_their_scales():
+    w = _ggml_like("q6_k", 24, 512)
+    packed, exact = native.pack_q8(w)
+    err = (native.unpack_q8(packed, 512, 24) - w).abs()
+    assert exact == 1.0 and bool((err <= w.abs() * 2**-11 + 1e-12).all())
+    assert isinstance(linear.fit(w, None), linear.Q8)
+
+
+def test_fit_gives_4_bit_weights_q4_and_float_weights_float32():
+    q4k = _ggml_like("q4_k", 40, 256)
+    assert native.holds_q4(q4k) and isinstance(linear.fit(q4k, None), linear.Q4)
+    dense = linear.fit(torch.randn(40, 256), None)
+    assert isinstance(dense, linear.Dense) and dense.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("rows, inp, out", SHAPES)
+def test_q8_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
+    torch.manual_seed(rows * 1000 + inp + out)
+    w, x, bias = torch.randn(out, inp) / 10, torch.randn(rows, inp), torch.randn(out)
+    packed = native.pack_q8(w)[0]
+    m, k = x.shape
+    blocks = x.double().reshape(m, k // 16, 16)  # q8 quantises activations per 16 inputs
+    step = blocks.abs().amax(dim=2, keepdim=True) / 127
+    xq = (torch.round(blocks / torch.where(step > 0, step, 1.0)) * step).reshape(m, k)
+    want = xq @ native.unpack_q8(packed, k, out).double().T + bias.double()
+    torch.testing.assert_close(ops.q8_linear(x, packed, out, bias).double(), want, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["q4", "q8"])
+def test_a_row_s_result_does_not_depend_on_the_other_rows(kernel):
+    """Bit for bit: alone, in tiles of 4 and their remainders, in a batch of 64."""
+    torch.manual_seed(3)
+    w, x = torch.randn(40, 896) / 10, torch.randn(64, 896)
+    packed = native.pack_q4(w) if kernel == "q4" else native.pack_q8(w)[0]
+    op = ops.q4_linear if kernel == "q4" else ops.q8_linear
+    full = op(x, packed, 40, None)
+    for r in (0, 5, 63):
+        for size in (1, 2, 3, 7, 32):
+            start = max(0, min(r - size // 2, 64 - size))
+            assert torch.equal(op(x[start : start + size], packed, 40, None)[r - start], full[r])
+
+
 def test_q4_packs_16_rows_four_inputs_at_a_time():
     """The byte layout that ``csrc/q4.cpp`` reads: byte 4r+t of chunk c holds row r's input 4c+t
     (low nibble) and 16+4c+t (high), then 16 float16 scales, then 16 float16 lows."""
@@ -137,7 +206,8 @@ ops = native.ops()
 torch.manual_seed(7)
 w = torch.randn(37, 96) / 10
 x = torch.randn(5, 96)
-print(json.dumps({"why": native.unavailable_reason(), "isa": ops.isa(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist()}))
+print(json.dumps({"why": native.unavailable_reason(), "isa": ops.isa(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist(),
+                  "y8": ops.q8_linear(x, native.pack_q8(w)[0], 37, None).tolist()}))
 """
 
 
@@ -151,6 +221,8 @@ def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
     torch.manual_seed(7)
     w, x = torch.randn(37, 96) / 10, torch.randn(5, 96)  # 2 groups and 5 rows: both AVX2 halves, a 4-row tile and 1
     torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), 37, None), atol=1e-5, rtol=1e-6)
+    # q8's sums are exact integers and its float steps the same on both paths: bit for bit
+    assert torch.equal(torch.tensor(avx2["y8"]), ops.q8_linear(x, native.pack_q8(w)[0], 37, None))
 
 
 def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):

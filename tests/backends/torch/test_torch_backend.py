@@ -11,7 +11,7 @@ import torch
 from backend_testkit import kv_request, load_cpu, probe_logits, random_weights, run, tiny_spec
 from pie_backend_torch import TorchBackend
 from pie_backend_torch import options as options_module
-from pie_backend_torch.linear import ByBatchSize, Int8Dynamic
+from pie_backend_torch.linear import ByBatchSize, Dense, Int8Dynamic
 from pie_backend_torch.options import resolve_options
 from pie_backend_torch.kv_cache import page_bytes
 from pie_core.engine.engine import default_backend_name
@@ -87,14 +87,15 @@ def test_triton_kernels_on_a_cpu_need_the_interpreter(monkeypatch):
 @pytest.mark.parametrize(
     ("native_bf16", "kernels", "dtype", "quant", "quant_large"),
     [
-        (True, True, "bfloat16", "q4", "w8a8"),
-        (False, True, "float32", "q4", "w8a8"),
+        (True, True, "float32", "fit", "none"),
+        (False, True, "float32", "fit", "none"),
         (True, False, "bfloat16", "int4", "w8a8"),
         (False, False, "float32", "w8a8", "w8a8"),
     ],
 )
 def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, kernels, dtype, quant, quant_large):
-    """q4 decode + w8a8 batches where the backend's kernels build; without them, int4 decode where
+    """fit (each tensor as precise as stored, float32 activations and cache, one layer for every
+    batch size) where the backend's kernels build; without them, int4 decode where
     bf16 is native (AVX512-BF16) and float32 activations with w8a8 everywhere on other CPUs (AVX2),
     where bf16 is emulated and int4 is slower than int8."""
     from pie_backend_torch import native
@@ -109,10 +110,11 @@ def test_auto_picks_the_fast_formats_of_the_cpu(monkeypatch, native_bf16, kernel
     config = backend._config
     assert config is not None and (config.quant, config.quant_large) == (quant, quant_large)
     q4_rows = 8 if kernels and native.ops().isa() == "avx2" else 64
-    assert config.quant_max_tokens == (q4_rows if quant == "q4" else 8)  # decode batches of up to 64 stay on q4
+    assert config.quant_max_tokens == {"q4": q4_rows, "fit": 0}.get(quant, 8)  # fit: no second layer
     assert backend._model is not None
     qkv = backend._model.weights.layers[0].qkv
-    assert isinstance(qkv, Int8Dynamic) if quant == "w8a8" else isinstance(qkv, ByBatchSize)
+    want = {"w8a8": Int8Dynamic, "fit": Dense}.get(quant, ByBatchSize)  # random weights fit no grid: float32
+    assert isinstance(qkv, want)
 
 
 def test_q4_keeps_64_token_batches_only_where_the_kernels_have_vnni(monkeypatch):
@@ -217,3 +219,16 @@ def test_embedding_probes_read_the_final_hidden_state_like_the_reference():
 def test_a_pass_with_nothing_to_read_returns_nothing():
     out = run(load_torch(tiny_spec("qwen2")), [kv_request([1, 2, 3], np.arange(1), 4, probe_all=False)])
     assert out.tokens.shape == (0,) and out.probes == ()
+
+
+def test_loading_says_what_each_one_time_step_is_doing():
+    """The CLI's loading bar shows these lines (``pie_core.backend_kit.step_listener``) instead of
+    one silent "backend preparing the weights"."""
+    from pie_core.backend_kit import step_listener
+
+    spec = tiny_spec("qwen2")
+    seen: list[str] = []
+    with step_listener(seen.append):
+        TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="float32", kv_pages=4))
+    assert seen[0].endswith("embedding and output head")
+    assert [s.rsplit(": ", 1)[1] for s in seen[1:]] == [f"layer {i}/{spec.num_layers}" for i in range(1, spec.num_layers + 1)]

@@ -1,4 +1,4 @@
-// 4-bit weights times int8 activations on the CPU, and the steps around the w8a8 path's integer
+// 4-bit (q4) and 8-bit (q8, below) weights times int8 activations on the CPU, and the steps around the w8a8 path's integer
 // product, as torch operators (namespace pie_cpu). Built from this file on first use by
 // pie_backend_torch/native.py with -march=native; the vector paths below are chosen by what the
 // compiler was told the CPU has (AVX512-VNNI, AVX-VNNI, plain AVX2).
@@ -231,6 +231,180 @@ at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
 }
 
 
+// ---- q8: int8 weights (blocks of 32 inputs, a float16 scale per 16) times int8 activations ----
+// Weight format (made by native.pack_q8): uint8 [ceil(N/16), K/32 * 576]; a group of 16 rows is a
+// run of K/32 blocks of 576 bytes:
+//   512 bytes   8 chunks of 64; byte 4r+t of chunk c holds row r's input 4c+t as w + 128 (w in -127..127)
+//   32 halfs    scale of inputs 0..15 of each row (16), then of inputs 16..31 (16): w_real = w * scale
+// Activations are quantised per 16 inputs (the weights' scale blocks). Every dot product of 16 inputs is an exact
+// int32, and a row's float sum runs over its blocks in one fixed order whatever the other rows,
+// the tile size or the vector path (AVX512-VNNI, AVX2 give bitwise the same results).
+constexpr int kQ8BlockBytes = 576;
+
+// One row of x for q8: int8 values, a scale and the sum of the int8 values per 16 inputs (the
+// weights' scale blocks): finer steps than q4's 32 where an outlier shares a block.
+void quantise_row8(const float* x, int64_t K, int8_t* q, float* step, int32_t* isum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t h = 0; h < K / 16; ++h) {
+    const float* xb = x + h * 16;
+    const __m256 a = _mm256_loadu_ps(xb), b = _mm256_loadu_ps(xb + 8);
+    __m256 peak = _mm256_max_ps(_mm256_andnot_ps(sign, a), _mm256_andnot_ps(sign, b));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const __m256 inv = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    const __m256i va = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i vb = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(b, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i p16 = _mm256_packs_epi32(va, vb);  // lanes: a0-3 b0-3 a4-7 b4-7
+    const __m128i p8 = _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1));
+    // p8 bytes: a0-3 b0-3 a4-7 b4-7 -> a0-7 b0-7
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + h * 16), _mm_shuffle_epi32(p8, _MM_SHUFFLE(3, 1, 2, 0)));
+    __m256i t = _mm256_add_epi32(va, vb);
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_hadd_epi32(u, u);
+    u = _mm_hadd_epi32(u, u);
+    step[h] = d;
+    isum[h] = _mm_cvtsi128_si32(u);
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+template <int R>
+void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+             float* out, int64_t ldo, int64_t width, const float* bias) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kQ8BlockBytes;
+    for (int i = 0; i < kQ8BlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kQ8BlockBytes + i), PIE_HINT);
+    __m512i w[8];
+    for (int c = 0; c < 8; ++c) w[c] = _mm512_loadu_si512(p + 64 * c);
+    const __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 512)));
+    const __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 544)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(four_bytes(xb)));
+      __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(four_bytes(xb + 16)));
+      for (int c = 1; c < 4; ++c) {
+        d0 = _mm512_dpbusd_epi32(d0, w[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
+        d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
+      }
+      const int32_t* is = isum + r * 2 * nb + 2 * b;
+      const float* xs = xstep + r * 2 * nb + 2 * b;
+      d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(128 * is[0]));
+      d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(128 * is[1]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s0, _mm512_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s1, _mm512_set1_ps(xs[1])), acc[r]);
+    }
+  }
+  const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
+  const __m512 bv = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + r * ldo, k, _mm512_add_ps(acc[r], bv));
+}
+#else
+// 16 inputs of 8 rows (half h of the group) against x's bytes, as exact int32 sums: signed
+// weights times signed activations through the sign trick (|w|, x * sign(w)), pairs to int16
+// (at most 2 * 127 * 127) and at once to int32.
+inline __m256i q8_dot16(const uint8_t* p, int h, int c0, const int8_t* xb) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i total = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * (c0 + c) + 32 * h)), flip);
+    const __m256i x = _mm256_set1_epi32(four_bytes(xb + 4 * c));
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    total = _mm256_add_epi32(total, _mm256_madd_epi16(pairs, ones));
+  }
+  return total;
+}
+
+template <int R>
+void q8_half(const uint8_t* g, int h, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, float* out, int64_t ldo,
+             int64_t width, const float* bias) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kQ8BlockBytes;
+    if (h == 0)
+      for (int i = 0; i < kQ8BlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kQ8BlockBytes + i), PIE_HINT);
+    const __m256 s0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 512 + 16 * h)));
+    const __m256 s1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 544 + 16 * h)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      const __m256i d0 = q8_dot16(p, h, 0, xb), d1 = q8_dot16(p, h, 4, xb + 16);
+      const float* xs = xstep + r * 2 * nb + 2 * b;
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(s0, _mm256_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(s1, _mm256_set1_ps(xs[1])), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float row[8];
+    _mm256_store_ps(row, acc[r]);
+    for (int64_t j = 0; j < width; ++j) out[r * ldo + j] = row[j] + (bias ? bias[j] : 0.0f);
+  }
+}
+
+template <int R>
+void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+             float* out, int64_t ldo, int64_t width, const float* bias) {
+  q8_half<R>(g, 0, nb, xq, K, xstep, out, ldo, std::min<int64_t>(width, 8), bias);
+  if (width > 8) q8_half<R>(g, 1, nb, xq, K, xstep, out + 8, ldo, width - 8, bias ? bias + 8 : nullptr);
+}
+#endif
+
+at::Tensor q8_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), "q8_linear: x must be a 2-D CPU tensor");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock, groups = (N + kGroup - 1) / kGroup;
+  TORCH_CHECK(K % kBlock == 0, "q8_linear: in_features must be a multiple of 32, got ", K);
+  TORCH_CHECK(N > 0, "q8_linear: n must be positive, got ", N);
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(0) == groups && w.size(1) == nb * kQ8BlockBytes,
+              "q8_linear: weights must be contiguous uint8 [", groups, ", ", nb * kQ8BlockBytes, "] for in_features ", K,
+              " and out_features ", N, ", got ", w.sizes());
+  at::Tensor b32;
+  if (bias.has_value()) {
+    b32 = bias->to(at::kFloat).contiguous();
+    TORCH_CHECK(b32.numel() == N, "q8_linear: bias must have N elements");
+  }
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  at::Tensor xq = at::empty({M, K}, x.options().dtype(at::kChar));
+  at::Tensor xstep = at::empty({M, 2 * nb}, x.options());
+  at::Tensor xsum = at::empty({M, 2 * nb}, x.options().dtype(at::kInt));
+  const float* xp = x.data_ptr<float>();
+  int8_t* xqp = xq.data_ptr<int8_t>();
+  float* sp = xstep.data_ptr<float>();
+  int32_t* up = xsum.data_ptr<int32_t>();
+  at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) quantise_row8(xp + r * K, K, xqp + r * K, sp + r * 2 * nb, up + r * 2 * nb);
+  });
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const float* bp = bias.has_value() ? b32.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* gp = wp + g * nb * kQ8BlockBytes;
+      const int64_t n = g * kGroup, width = std::min(kGroup, N - n);
+      const float* bg = bp ? bp + n : nullptr;
+      for (int64_t r = 0; r < M; r += 4) {
+        const int8_t* xr = xqp + r * K;
+        const float* st = sp + r * 2 * nb;
+        const int32_t* su = up + r * 2 * nb;
+        float* o = yp + r * N + n;
+        switch (std::min<int64_t>(4, M - r)) {
+          case 1: q8_tile<1>(gp, nb, xr, K, st, su, o, N, width, bg); break;
+          case 2: q8_tile<2>(gp, nb, xr, K, st, su, o, N, width, bg); break;
+          case 3: q8_tile<3>(gp, nb, xr, K, st, su, o, N, width, bg); break;
+          default: q8_tile<4>(gp, nb, xr, K, st, su, o, N, width, bg); break;
+        }
+      }
+    }
+  });
+  return y;
+}
+
+
 // w8a8, before the integer product: the `count` input channels of largest magnitude over the
 // batch (outliers, returned sorted), their float32 values `wide` [M, count], and the rest of each
 // row quantised symmetrically to int8 against the row's own peak (`step` [M, 1] = peak / 127),
@@ -359,6 +533,7 @@ std::string isa() {
 TORCH_LIBRARY(pie_cpu, m) {
   m.def("isa() -> str");
   m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
+  m.def("q8_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
   m.def("w8a8_quantise(Tensor x, int count) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("w8a8_finish(Tensor acc, Tensor step, Tensor scale, Tensor wide, Tensor kept, Tensor? bias) -> Tensor");
 }
@@ -367,6 +542,7 @@ TORCH_LIBRARY_IMPL(pie_cpu, CatchAll, m) { m.impl("isa", &isa); }
 
 TORCH_LIBRARY_IMPL(pie_cpu, CPU, m) {
   m.impl("q4_linear", &q4_linear);
+  m.impl("q8_linear", &q8_linear);
   m.impl("w8a8_quantise", &w8a8_quantise);
   m.impl("w8a8_finish", &w8a8_finish);
 }
