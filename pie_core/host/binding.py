@@ -244,17 +244,16 @@ async def run_off_loop_as(user: str | None, fn: Callable[..., Any], *args: Any, 
         await asyncio.sleep(_OFF_LOOP_TURN_S)
     context = contextvars.copy_context()
 
-    def run() -> Any:
-        try:
-            return context.run(fn, *args, **kwargs)
-        finally:
-            with _off_loop_lock:
-                _off_loop_running[key] -= 1
-
-    try:
-        future = _off_loop_pool.submit(run)
-    except BaseException:
+    def free(_: object = None) -> None:
         with _off_loop_lock:
             _off_loop_running[key] -= 1
+
+    try:
+        future = _off_loop_pool.submit(context.run, fn, *args, **kwargs)
+    except BaseException:
+        free()
         raise
+    # when the call has run, or was cancelled still queued (a caller that stops waiting cancels
+    # it, and a cancelled call never runs: freeing only at its end would hold the turn forever)
+    future.add_done_callback(free)
     return await asyncio.wrap_future(future)

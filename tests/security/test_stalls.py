@@ -187,7 +187,7 @@ def test_one_users_slow_off_loop_calls_leave_the_other_threads_to_everyone_else(
         await asyncio.wait_for(run_off_loop_as("alice", lambda: None), 5)
         took = time.monotonic() - start
         release.set()
-        await asyncio.gather(*slow)
+        await asyncio.wait_for(asyncio.gather(*slow), 30)
         return took
 
     assert asyncio.run(main()) < 0.5
@@ -207,3 +207,30 @@ def test_one_users_slow_compilations_leave_the_other_compile_thread_to_everyone_
     release.set()
     assert all(f.result(timeout=10) for f in slow)
     assert took < 0.5, f"alice's compilation waited {took:.2f}s behind mallory's"
+
+
+def test_a_call_cancelled_while_queued_gives_its_users_turn_back() -> None:
+    """A caller that stops waiting (a request's timeout) cancels its queued call, which then
+    never runs: its user's turn must come back anyway, or every later call of that user waits
+    forever (it once hung the suite after a slow-grammar test)."""
+    import threading
+    import time
+
+    from pie_core.host.binding import OFF_LOOP_THREADS, run_off_loop_as
+
+    release = threading.Event()
+
+    async def main() -> float:
+        busy = [asyncio.ensure_future(run_off_loop_as(f"busy{i}", release.wait, 10)) for i in range(OFF_LOOP_THREADS)]
+        await asyncio.sleep(0.1)  # every thread taken: mallory's call stays queued
+        queued = asyncio.ensure_future(run_off_loop_as("mallory", lambda: None))
+        await asyncio.sleep(0.1)
+        queued.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(*busy)
+        start = time.monotonic()
+        await asyncio.wait_for(run_off_loop_as("mallory", lambda: None), 3)
+        return time.monotonic() - start
+
+    assert asyncio.run(main()) < 0.5
