@@ -35,6 +35,11 @@ own CPU, the ``openai`` package parsing each streamed chunk, slows the server to
 from ``/metrics``), and KV pages in use sampled every 50 ms (mean and peak). The summary gives
 each pair's throughput ratio (client wall / inferlet wall, best repetition of each). After every
 run the server must hold no KV page and no process.
+
+``--trace FILE`` has the server append one line per batch (``PIE_TRACE_BATCHES``, see
+``pie_core/scheduler/trace.py``) and adds a table of what each run's batches were: requests and
+decode rows per batch, prefill chunks and their tokens, KV lengths, and backend seconds per
+batch, split into decode-only batches and batches with a prefill chunk.
 """
 
 from __future__ import annotations
@@ -195,7 +200,7 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
     pages: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_pages(server, pages, stop))
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     try:
         latencies = await asyncio.wait_for(asyncio.gather(*(timed(i) for i in range(agents))), args.timeout)
     finally:
@@ -212,8 +217,9 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
     left = await asyncio.to_thread(_metrics, server.http)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in
              ("pie_generated_tokens_total", "pie_input_tokens_total", "pie_batches_total", "pie_backend_seconds_total")}
+    trace = _trace_summary(args.trace, started, started + wall) if args.trace else {}
     return {
-        "side": side, "agents": agents, "wall_s": wall,
+        "side": side, "agents": agents, "wall_s": wall, "trace": trace,
         "latency_p50_s": float(np.percentile(latencies, 50)), "latency_p99_s": float(np.percentile(latencies, 99)),
         "generated_tokens": int(delta["pie_generated_tokens_total"]),
         "tok_s": delta["pie_generated_tokens_total"] / wall,
@@ -224,6 +230,47 @@ async def run_side(server: ServeProcess, side: str, agents: int, args: argparse.
         "pages_left": int(left["pie_kv_pages_in_use"]),
         "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
     }
+
+
+def _trace_summary(path: Path, start: float, end: float) -> dict[str, Any]:
+    """What the batches fired in ``[start, end]`` were, from the server's batch trace."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    runs = [b for b in lines if start <= b["t"] <= end]
+    if not runs:
+        return {}
+    decode = [b for b in runs if not b["prefill"]]
+    mixed = [b for b in runs if b["prefill"]]
+    chunks = [n for b in runs for n in b["prefill"]]
+
+    def mean(values: list[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    return {
+        "batches": len(runs), "seconds": sum(b["seconds"] for b in runs),
+        "requests_mean": mean([b["requests"] for b in runs]), "decode_rows_mean": mean([b["decode_rows"] for b in runs]),
+        "prefill_chunks": len(chunks), "prefill_tokens": sum(chunks), "prefill_chunk_p50": float(np.median(chunks)) if chunks else 0.0,
+        "kv_total_mean": mean([b["kv_total"] for b in runs]), "kv_max": max(b["kv_max"] for b in runs),
+        "decode_batches": len(decode), "decode_s_mean": mean([b["seconds"] for b in decode]),
+        "decode_batch_rows_mean": mean([b["requests"] for b in decode]),
+        "mixed_batches": len(mixed), "mixed_s_mean": mean([b["seconds"] for b in mixed]),
+        "mixed_tokens_mean": mean([b["tokens"] for b in mixed]),
+    }
+
+
+def trace_table(rows: list[dict[str, Any]]) -> str:
+    head = ["| side | agents | rep | batches | backend s | requests / batch | decode rows / batch | prefill chunks "
+            "| prefill tokens | chunk p50 | KV tokens / batch | decode-only batches: n, rows, s | with prefill: n, tokens, s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = []
+    for r in rows:
+        t = r.get("trace")
+        if t:
+            out.append(f"| {r['side']} | {r['agents']} | {r['rep']} | {t['batches']} | {t['seconds']:.1f} | "
+                       f"{t['requests_mean']:.1f} | {t['decode_rows_mean']:.1f} | {t['prefill_chunks']} | "
+                       f"{t['prefill_tokens']} | {t['prefill_chunk_p50']:.0f} | {t['kv_total_mean']:.0f} | "
+                       f"{t['decode_batches']}, {t['decode_batch_rows_mean']:.1f}, {t['decode_s_mean']:.3f} | "
+                       f"{t['mixed_batches']}, {t['mixed_tokens_mean']:.0f}, {t['mixed_s_mean']:.3f} |")
+    return "\n".join(head + out)
 
 
 async def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
@@ -298,16 +345,22 @@ def main() -> int:
                         help="passed to pie serve, e.g. step_ms=10 (repeatable)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default: 900)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--trace", type=Path, help="the server's per-batch trace file (appended); adds a table")
     args = parser.parse_args()
     if min(min(args.agents), args.turns, args.max_tokens, args.reps) < 1 or args.tool_delay < 0:
         parser.error("--agents, --turns, --max-tokens and --reps must be >= 1, --tool-delay >= 0")
     info = machine()
     print(f"{info['cpus']} CPUs · Python {info['python']} · load {info['load_avg_1m']:.2f} · "
           f"{'real model' if args.real else 'dummy'} {' '.join(args.backend_option)} · isolation {args.isolation}", flush=True)
+    if args.trace:
+        args.trace = args.trace.resolve()
+        os.environ["PIE_TRACE_BATCHES"] = str(args.trace)  # the server inherits it
     with tempfile.TemporaryDirectory(prefix="pie-agents-") as tmp:
         rows = asyncio.run(run_all(args, Path(tmp)))
     print(table(rows))
     print(ratios(rows))
+    if args.trace:
+        print(trace_table(rows))
     dirty = [r for r in rows if r["pages_left"] or r["server_exit_code"]]
     for r in dirty:
         print(f"NOT CLEAN: {r['side']} at {r['agents']} agents left {r['pages_left']} KV pages "

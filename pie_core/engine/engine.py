@@ -25,6 +25,7 @@ from pie_core.scheduler.batcher import Batcher, backend_thread
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT, Ledger
 from pie_core.scheduler.market import Market
 from pie_core.scheduler.passes import tag_valid
+from pie_core.scheduler.trace import from_env as trace_from_env
 
 __all__ = ["Engine", "LoadedModel", "default_backend_name"]
 
@@ -147,6 +148,7 @@ class Engine:
             copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
             on_batch=lambda seconds: markets[0].tick(seconds),
             executor=thread,
+            trace=trace_from_env(caps.page_size),
         )
         market = Market(pool, host, batcher.enqueue_copy, Ledger(self.endowment), _replayable)
         markets.append(market)

@@ -20,6 +20,7 @@ from pie_core.errors import BackendError
 from pie_core.hookspec import BatchOutput, Capabilities, CopyKind, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
 from pie_core.scheduler.request import ForwardRequest, RequestOutput
+from pie_core.scheduler.trace import BatchTrace
 
 __all__ = ["Batcher", "BatchStats", "backend_thread"]
 
@@ -52,6 +53,7 @@ class _Flight:
     requests: list[ForwardRequest]
     batch: ForwardBatch
     future: asyncio.Future[tuple[BatchOutput | Exception, float]]
+    fired: float  # time.time() when it went to the backend thread
 
 
 def backend_thread() -> ThreadPoolExecutor:
@@ -110,6 +112,7 @@ class Batcher:
         executor: The backend's one worker thread (the engine loads the model on it, so that all
             of a backend's work runs on one thread); a new one when None. Shut down by
             :meth:`close`.
+        trace: Gets every batch that returned (see :mod:`.trace`); closed by :meth:`close`.
     """
 
     def __init__(
@@ -120,12 +123,14 @@ class Batcher:
         copy_pages: Callable[[CopyKind, np.ndarray, np.ndarray], None] | None = None,
         on_batch: Callable[[float], None] | None = None,
         executor: ThreadPoolExecutor | None = None,
+        trace: BatchTrace | None = None,
     ) -> None:
         if policy not in ("adaptive", "greedy"):
             raise ValueError(f"unknown batching policy {policy!r}; use 'adaptive' or 'greedy'")
         self._forward = forward
         self._copy_pages = copy_pages
         self._on_batch = on_batch
+        self._trace = trace
         self._copies: list[_Copy] = []
         self._ops: list[_Op] = []
         self._caps = caps
@@ -235,6 +240,8 @@ class Batcher:
         self._ahead, self._ahead_batch = [], None
         self._pending_tokens = self._pending_mask = 0
         self.executor.shutdown(wait=True)
+        if self._trace is not None:
+            self._trace.close()
 
     async def _run(self) -> None:
         opened: float | None = None  # when the next batch began gathering
@@ -326,7 +333,7 @@ class Batcher:
         copies, self._copies = self._copies, []
         future = asyncio.wrap_future(self.executor.submit(self._execute, batch, copies), loop=self._loop)
         future.add_done_callback(lambda _: self._wakeup.set())
-        self._flight = _Flight(live, batch, future)
+        self._flight = _Flight(live, batch, future, time.time())
 
     def _execute(self, batch: ForwardBatch, copies: list[_Copy]) -> tuple[BatchOutput | Exception, float]:
         started = time.perf_counter()
@@ -346,6 +353,8 @@ class Batcher:
         outcome, seconds = flight.future.result()
         self._last_duration = seconds
         self.stats.backend_seconds += seconds
+        if self._trace is not None:
+            self._trace.write(flight.batch, flight.fired, seconds)
         taken = flight.requests
         try:
             if isinstance(outcome, Exception):
