@@ -288,6 +288,8 @@ def test_quotas_from_config_read_sizes_shares_and_per_user_overrides(tmp_path):
     config.set("server.quotas.users.mallory.processes", 1, doc)
     quotas = Quotas.from_config(doc)
     assert quotas.pages_of(4096) == 2048 and quotas.event_bytes == 2 * 2**20
+    # a share truncates (never more than the share of the pool), but is at least one page
+    assert (quotas.pages_of(7), quotas.pages_of(5), quotas.pages_of(1)) == (3, 2, 1)
     assert quotas.for_user("mallory").processes == 1 and quotas.for_user("alice").processes == Quotas().processes
     config.set("server.quotas.inbox_bytes", "lots", doc)
     with pytest.raises(InvalidInput, match="server.quotas.inbox_bytes: not a size"):

@@ -280,8 +280,11 @@ def test_a_gzip_bomb_is_stopped_after_a_mebibyte_without_filling_the_disk(hostil
         (_raw_program() + _header(b"huge.bin", 2**30) + bytes(1024), "add up to more than 67108864 bytes"),
         (_raw_program() + _header(b"././@PaxHeader", 2**30, b"x") + bytes(1024), "extended header holds"),
         (_raw_program() + _header(b"././@LongLink", 2**26, b"L") + bytes(1024), "extended header holds"),
+        # a folder's header declaring data: its bytes would be read as the next member's header
+        (_raw_program() + _header(b"lib/", 512, b"5") + _header(b"evil.py", 5) + b"pwned".ljust(512, b"\0")
+         + bytes(1024), "folder 'lib/' carries 512 bytes of data"),
     ],
-    ids=["declared-1-gib", "pax-header-1-gib", "gnu-longname-64-mib"],
+    ids=["declared-1-gib", "pax-header-1-gib", "gnu-longname-64-mib", "folder-with-data"],
 )
 def test_oversized_members_are_refused_before_anything_is_written(hostile, archive, words):
     _attack(hostile, archive, words)
