@@ -333,7 +333,7 @@ class Batcher:
         copies, self._copies = self._copies, []
         future = asyncio.wrap_future(self.executor.submit(self._execute, batch, copies), loop=self._loop)
         future.add_done_callback(lambda _: self._wakeup.set())
-        self._flight = _Flight(live, batch, future, time.time())
+        self._flight = _Flight(live, batch, future, time.time() if self._trace is not None else 0.0)
 
     def _execute(self, batch: ForwardBatch, copies: list[_Copy]) -> tuple[BatchOutput | Exception, float]:
         started = time.perf_counter()
