@@ -187,32 +187,44 @@ class KvContext:
             raise InvalidInput(f"can commit at most {full} full working pages, asked for {k}")
         self._commit_to(self.committed + k)
 
+    def prefix_keys(self, tokens: np.ndarray, positions: np.ndarray, salt: bytes = b"") -> list[bytes]:
+        """The prefix-cache keys of the full pages ``tokens`` would fill from the context's end
+        (what :meth:`adopt_prefix` looks up, and what computing them would commit); [] where
+        nothing could be shared: the context does not end on a page boundary, is not shareable,
+        or ran under another salt."""
+        ps = self.page_size
+        whole = len(tokens) // ps
+        if not whole or not self.shareable or self.length != self.committed * ps:
+            return []
+        if self.length and salt != self._salt:
+            return []
+        prev = self._hashes[-1] if self._hashes else salted_root(salt)
+        return chain_keys(prev, tokens[: whole * ps], positions[: whole * ps], ps)
+
     def adopt_prefix(
-        self, tokens: np.ndarray, positions: np.ndarray, limit: int, salt: bytes = b"", tag: Any = None
+        self, tokens: np.ndarray, positions: np.ndarray, limit: int, salt: bytes = b"", tag: Any = None,
+        keys: list[bytes] | None = None,
     ) -> int:
         """Take cached pages for the leading full pages of ``tokens`` instead of computing them.
 
         Only pages that end at or before input row ``limit`` are taken (rows that are sampled
-        or probed must run). Applies when the context ends on a page boundary.
+        or probed must run). Applies when the context ends on a page boundary. ``keys``: what
+        :meth:`prefix_keys` gave for these tokens, when the caller has them.
 
         Returns:
             How many leading tokens are now in the cache (a multiple of the page size).
         """
         ps = self.page_size
         whole = min(len(tokens), limit) // ps
-        if not whole or not self.shareable or self.length != self.committed * ps:
-            return 0
-        if self.length and salt != self._salt:
-            return 0
-        self._salt = salt
-        keys = chain_keys(self._chain_end(), tokens[: whole * ps], positions[: whole * ps], ps)
-        found = self.pool.cache.lookup_chain(keys)
+        keys = (self.prefix_keys(tokens, positions, salt) if keys is None else keys)[:whole]
+        found = self.pool.cache.lookup_chain(keys) if keys else []
         if not found:
             return 0
         try:
             self._charge(len(found))
         except PieError:  # over quota: compute instead, which asks for (and is refused) pages itself
             return 0
+        self._salt = salt
         self.pool.retain(found)
         self.pages[self.committed : self.committed] = found
         n = len(found) * ps

@@ -5,10 +5,16 @@ equal hashes mean equal prefixes and therefore equal KV contents. The cache hold
 reference on each page it knows; a page held by nobody else is *idle* and is evicted
 (least recently used first) when the pool runs short, so cached pages never cost anyone an
 allocation.
+
+It also knows which pages passes are computing right now (:meth:`PrefixCache.announce`), so a
+pass whose next pages another pass is computing waits for them to land and takes them from the
+cache instead of computing them again: N contexts opening on one system prompt at once compute
+it once (SGLang's in-batch prefix caching makes the same trade).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -54,7 +60,9 @@ class PrefixCache:
     def __init__(self, pool: PagePool) -> None:
         self._pool = pool
         self._pages: OrderedDict[bytes, int] = OrderedDict()
+        self._computing: dict[bytes, asyncio.Event] = {}
         self.hits = 0
+        self.waits = 0  # passes that waited for another pass's pages (then took what it cached)
 
     def __len__(self) -> int:
         return len(self._pages)
@@ -86,6 +94,27 @@ class PrefixCache:
             kept.append(cached)
         self._touch(keys)
         return kept
+
+    def computing(self, key: bytes) -> asyncio.Event | None:
+        """Set when the pass computing the page of ``key`` (not cached yet) has landed or failed;
+        None when no pass announced it."""
+        return self._computing.get(key)
+
+    def announce(self, keys: list[bytes]) -> list[bytes]:
+        """Mark the pages of ``keys`` as being computed by the caller's pass; returns those it
+        announced (not cached and not announced by another pass), for :meth:`landed`."""
+        mine = [k for k in keys if k not in self._pages and k not in self._computing]
+        if mine:
+            done = asyncio.Event()
+            self._computing.update(dict.fromkeys(mine, done))
+        return mine
+
+    def landed(self, keys: list[bytes]) -> None:
+        """The pass that announced ``keys`` ended (its pages cached, or it failed): wake its waiters."""
+        for key in keys:
+            done = self._computing.pop(key, None)
+            if done is not None:
+                done.set()
 
     def _touch(self, keys: list[bytes]) -> None:
         # Deeper pages are only reachable through their ancestors, so they go stale first:

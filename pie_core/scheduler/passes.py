@@ -7,7 +7,9 @@ The host (``pie_core.host.inference``) checks arguments and capabilities and han
    the host pool, or without its pages) with the pages the pass may write reserved.
 2. A context restored without its pages is rebuilt by replaying its lineage from the slot the
    grant names.
-3. Leading full pages found in the prefix cache are adopted instead of computed.
+3. Leading full pages found in the prefix cache are adopted instead of computed; where another
+   pass is computing the next of them right now, this one waits for it to land and adopts them
+   then, and it announces the full pages it computes itself for others to wait on.
 4. The rest runs in chunks of at most ``max_batch_tokens`` through the batcher; each landed
    chunk is recorded in the context (with its mask and tag, for later replays).
 5. Drafts are verified and the rejected ones dropped; pages the pass reserved and did not
@@ -128,15 +130,43 @@ def record(kv: KvContext, p: Pass, hold: int = 0) -> None:
 async def _run(model: Any, kv: KvContext, p: Pass) -> RequestOutput:
     ids, pos, samples, probes, n = p.ids, p.pos, list(p.samples), list(p.probes), len(p.ids)
     salt = b"" if p.tag is None else p.tag.salt
+    announced: list[bytes] = []
     if p.masks is None and n >= kv.page_size:
         rows = [s.index for s in samples] + [q.index for q in probes]
-        done = kv.adopt_prefix(ids, pos, min(rows, default=n), salt, p.tag)
+        done, keys = await _adopt(kv, ids, pos, min(rows, default=n), salt, p.tag)
         if done:  # those tokens' pages came from the prefix cache
             ids, pos, n = ids[done:], pos[done:], n - done
             samples = [_shift(s, done) for s in samples]
             probes = [_shift(q, done) for q in probes]
             if n == 0:
                 return RequestOutput(tokens=(), probes=())
+        announced = kv.pool.cache.announce(keys[: (n - p.drafts) // kv.page_size])  # pages of drafts stay working
+    try:
+        return await _chunks(model, kv, p, ids, pos, samples, probes, salt)
+    finally:
+        kv.pool.cache.landed(announced)
+
+
+async def _adopt(kv: KvContext, ids: np.ndarray, pos: np.ndarray, limit: int, salt: bytes,
+                 tag: Tag | None) -> tuple[int, list[bytes]]:
+    """Adopt the cached leading pages; while another pass computes the next page this pass could
+    adopt, wait for it to land and adopt again. How many tokens were adopted, and the keys of the
+    full pages left to compute."""
+    done = 0
+    while True:
+        keys = kv.prefix_keys(ids[done:], pos[done:], salt)
+        got = kv.adopt_prefix(ids[done:], pos[done:], limit - done, salt, tag, keys)
+        done, keys = done + got, keys[got // kv.page_size :]
+        landing = kv.pool.cache.computing(keys[0]) if keys and limit - done >= kv.page_size else None
+        if landing is None:
+            return done, keys
+        kv.pool.cache.waits += 1
+        await landing.wait()
+
+
+async def _chunks(model: Any, kv: KvContext, p: Pass, ids: np.ndarray, pos: np.ndarray, samples: list[SampleSpec],
+                  probes: list[ProbeSpec], salt: bytes) -> RequestOutput:
+    n = len(ids)
     step = model.caps.max_batch_tokens
     outputs, order = [], []
     for start in range(0, n, step):
