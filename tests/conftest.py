@@ -57,3 +57,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
         if "could not import" in reason:  # pytest.importorskip's message
             report.outcome = "failed"
             report.longrepr = f"CI=true: {reason.removeprefix('Skipped: ')} (a test dependency is missing; pip install -e '.[test]')"
+
+
+@pytest.fixture(scope="session")
+def real_cpu_engine():
+    """The NumPy backend on the real default model (float32, ~2.5 GB), loaded once for the whole
+    run and shared by every folder's tests that need it (each left the page pool whole)."""
+    import asyncio
+
+    from pie_core.engine.engine import Engine
+
+    engine = Engine("cpu")
+    engine.load(None)
+    yield engine
+    asyncio.run(engine.close())
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """``PIE_TEST_RSS=FILE``: after each test, append its id and the run's resident and peak memory
+    (MiB), to find which tests hold memory (the suite must fit CI's 24 GiB)."""
+    path = os.environ.get("PIE_TEST_RSS")
+    if path:
+        import resource
+
+        rss = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{rss}\t{peak}\t{nodeid}\n")

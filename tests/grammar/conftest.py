@@ -57,12 +57,9 @@ def dummy(dummy_engine: Engine) -> Harness:
 
 
 @pytest.fixture(scope="session")
-def real_engine() -> Engine:
-    """The cpu backend on the real default model (loaded once for every grammar test)."""
-    engine = Engine("cpu")
-    engine.load(None)
-    yield engine
-    asyncio.run(engine.close())
+def real_engine(real_cpu_engine: Engine) -> Engine:
+    """The cpu backend on the real default model: the suite's one."""
+    return real_cpu_engine
 
 
 @pytest.fixture

@@ -59,12 +59,9 @@ def default_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def cpu_engine() -> Engine:
-    """The NumPy backend serving the default model (fp32, 16-token pages)."""
-    engine = Engine("cpu")
-    engine.load(None)
-    yield engine
-    asyncio.run(engine.close())
+def cpu_engine(real_cpu_engine: Engine) -> Engine:
+    """The NumPy backend serving the default model (fp32, 16-token pages): the suite's one."""
+    return real_cpu_engine
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""transformers as the reference: its own loading of the GGUFs, memoised per test session."""
+"""transformers as the reference: its own loading of the GGUFs (the tokenizer memoised per test session)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def hf_tokenizer(path: Path) -> Any:
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-@functools.cache
 def hf_gguf_state_dict(path: Path) -> dict[str, np.ndarray]:
-    """transformers' float32 state dict of a GGUF (``AutoModelForCausalLM(gguf_file=...)``)."""
+    """transformers' float32 state dict of a GGUF (``AutoModelForCausalLM(gguf_file=...)``); not
+    memoised: each is read by one test, and kept it would hold 2-3 GB for the rest of the run."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype="float32")

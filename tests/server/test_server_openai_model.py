@@ -16,14 +16,13 @@ openai = pytest.importorskip("openai")
 
 
 @pytest.mark.model
-def test_openai_client_streaming_and_not_on_the_default_model():
-    engine = Engine("cpu")
-    engine.load(None)
+def test_openai_client_streaming_and_not_on_the_default_model(real_cpu_engine: Engine):
+    engine = real_cpu_engine
     model = next(iter(engine.models))
 
     async def scenario() -> None:
         opts = ServerOptions(port=0, data_dir=Path(tempfile.mkdtemp(prefix="pie-srv-")), status_interval=0)
-        server = PieServer(engine, opts, auth=Authenticator([User("dev", hash_token("sk-test"))]))
+        server = PieServer(engine, opts, auth=Authenticator([User("dev", hash_token("sk-test"))]), close_engine=False)
         await server.start()
         try:
             client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="sk-test")
