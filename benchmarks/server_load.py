@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import re
+import resource
 import signal
 import sys
 import tempfile
@@ -225,7 +226,7 @@ HOSTILE_TOKENS = {"honest": "honest-benchmark-token", "mallory": "mallory-benchm
 
 
 async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, waves: int, timeout: float,
-                          workdir: Path) -> list[dict[str, Any]]:
+                          workdir: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
     """The same waves with every attacker of ``attackers.py`` running as ``mallory`` in a process
     of its own; rows carry the attack stats."""
     victim = workdir / f"victim-{server.isolation}"
@@ -235,7 +236,8 @@ async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, w
     async with await connect(server.url, HOSTILE_TOKENS["honest"]) as honest:
         program = await honest.install(victim)
     spec = {"url": server.url, "http": server.http, "token": HOSTILE_TOKENS["mallory"], "victim_program": program,
-            "victim_sha256": hashlib.sha256(pack_program(victim)).hexdigest()}
+            "victim_sha256": hashlib.sha256(pack_program(victim)).hexdigest(), "attackers": names}
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     attackers = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).resolve().parent / "attackers.py"), json.dumps(spec),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
@@ -253,14 +255,16 @@ async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, w
             attackers.kill()
             out = b""
         await attackers.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the attackers' process is the child reaped meanwhile
+    attacker_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
     attacks = json.loads(out) if out.strip() else [{"name": "attackers", "attempts": 0, "breaches": 1,
                                                      "samples": ["the attacker process gave no report"]}]
-    return [{**row, "attacks": attacks} for row in rows]
+    return [{**row, "attacks": attacks, "attacker_cpu_s": attacker_cpu} for row in rows]
 
 
 async def run_mode(isolation: str, clients: int, max_tokens: int, waves: int, workdir: Path,
                    settings: dict[str, Any], timeout: float, hostile: bool = False,
-                   backend_options: list[str] | None = None) -> list[dict[str, Any]]:
+                   backend_options: list[str] | None = None, attackers: list[str] | None = None) -> list[dict[str, Any]]:
     """Start a server, run ``waves`` waves of ``clients`` concurrent clients one after another
     (then, with ``hostile``, the same waves with attackers beside them), stop it."""
     server = ServeProcess(isolation, workdir, settings, HOSTILE_TOKENS if hostile else None, backend_options)
@@ -277,7 +281,7 @@ async def run_mode(isolation: str, clients: int, max_tokens: int, waves: int, wo
             rows.append({**await _wave(server, clients, max_tokens, timeout, token), "wave": wave + 1,
                          "warmup_client_s": cold["latency_s"], "settings": settings, "attacked": False})
         if hostile:
-            attacked = await _attacked_waves(server, clients, max_tokens, waves, timeout, workdir)
+            attacked = await _attacked_waves(server, clients, max_tokens, waves, timeout, workdir, attackers)
             for wave, row in enumerate(attacked):
                 rows.append({**row, "wave": wave + 1, "warmup_client_s": cold["latency_s"], "settings": settings,
                              "attacked": True})
@@ -349,7 +353,9 @@ def hostile_verdict(rows: list[dict[str, Any]]) -> list[str]:
         base = max(r["latency_s"]["p99"] or 0 for r in rows if r["isolation"] == mode and not r.get("attacked"))
         hit = max(r["latency_s"]["p99"] or float("inf") for r in rows if r["isolation"] == mode and r.get("attacked"))
         ratio = hit / base if base else float("inf")
-        print(f"{mode}: honest p99 {base:.2f} s alone, {hit:.2f} s with attackers ({ratio:.2f}x)")
+        cpu = max(r.get("attacker_cpu_s", 0.0) for r in rows if r["isolation"] == mode and r.get("attacked"))
+        print(f"{mode}: honest p99 {base:.2f} s alone, {hit:.2f} s with attackers ({ratio:.2f}x); the attackers' own "
+              f"process used {cpu:.1f} CPU s of this machine meanwhile")
         if ratio > 2.0:
             out.append(f"{mode}: honest p99 grew {ratio:.2f}x under attack (limit 2x)")
     return out
@@ -381,6 +387,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--hostile", action="store_true",
                         help="auth on; after the honest waves, repeat them with one attacker per class running beside them")
+    parser.add_argument("--attackers", help="with --hostile: only these classes of attackers.py, comma-separated "
+                        "(default: all), to see what each costs the honest clients")
     args = parser.parse_args()
     if min(args.clients, args.process_clients or 1, args.max_tokens, args.waves) < 1:
         parser.error("--clients, --process-clients, --max-tokens and --waves must be >= 1")
@@ -401,7 +409,8 @@ def main() -> int:
             print(f"{mode}: {args.waves} × {n} clients × text-completion, max_tokens {args.max_tokens} …",
                   file=sys.stderr, flush=True)
             rows += asyncio.run(run_mode(mode, n, args.max_tokens, args.waves, Path(tmp), settings, args.timeout,
-                                         args.hostile, args.backend_option))
+                                         args.hostile, args.backend_option,
+                                         args.attackers.split(",") if args.attackers else None))
     print(table(rows))
     print(runner_table(rows))
     failures = hostile_verdict(rows) if args.hostile else []

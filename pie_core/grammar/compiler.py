@@ -28,6 +28,7 @@ from pie_core.errors import InvalidInput
 from pie_core.grammar.source import GrammarSource, build, clean_error
 from pie_core.grammar.vocab import tokenizer_info
 from pie_core.models.tokenizer import Tokenizer
+from pie_core.threads import lower_priority
 
 __all__ = ["GrammarCompiler", "compiler_for", "check_timeout", "DEFAULT_TIMEOUT_S", "CACHE_SIZE", "COMPILE_THREADS"]
 
@@ -48,7 +49,8 @@ def _executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="pie-grammar")
+            _pool = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="pie-grammar",
+                                       initializer=lower_priority)  # see pie_core.threads
         return _pool
 
 

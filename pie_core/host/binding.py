@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from pie_core.engine.events import Event
 from pie_core.errors import PieError
+from pie_core.threads import lower_priority
 
 if TYPE_CHECKING:
     from pie_core.engine.engine import Engine
@@ -234,7 +235,8 @@ async def run_off_loop_as(user: str | None, fn: Callable[..., Any], *args: Any, 
     global _off_loop_pool
     with _off_loop_lock:
         if _off_loop_pool is None:
-            _off_loop_pool = ThreadPoolExecutor(max_workers=OFF_LOOP_THREADS, thread_name_prefix="pie-off-loop")
+            _off_loop_pool = ThreadPoolExecutor(max_workers=OFF_LOOP_THREADS, thread_name_prefix="pie-off-loop",
+                                                initializer=lower_priority)  # see pie_core.threads
     key = user if user is not None else ""
     while True:
         with _off_loop_lock:

@@ -234,3 +234,22 @@ def test_a_call_cancelled_while_queued_gives_its_users_turn_back() -> None:
         return time.monotonic() - start
 
     assert asyncio.run(main()) < 0.5
+
+
+def test_threads_doing_users_heavy_work_run_below_the_servers_priority(security_engine) -> None:
+    """The off-loop threads and the grammar compiler's run at nice +10 (Linux renices threads):
+    a user's grammar compilation or big frame yields the CPU to the event loop and the backend."""
+    import os
+    import threading
+
+    from pie_core.grammar import compiler
+    from pie_core.host.binding import run_off_loop_as
+    from pie_core.threads import USER_WORK_NICE
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = nice()
+    off_loop = asyncio.run(run_off_loop_as("mallory", nice))
+    compiling = compiler._in_turn("mallory", nice).result(timeout=5)
+    assert off_loop == compiling == min(19, base + USER_WORK_NICE) and nice() == base
