@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
+from pie_core.cli.console import stdout_console
 from rich.table import Table
 
 __all__ = ["register"]
@@ -31,7 +31,7 @@ def _add(args: argparse.Namespace) -> int:
     from pie_core.server.auth import add_user
 
     token = add_user(args.name)
-    console = Console()
+    console = stdout_console()
     console.print(f"user [bold]{args.name}[/]: token (shown once, keep it secret):")
     print(token)
     return 0
@@ -47,7 +47,7 @@ def _list(args: argparse.Namespace) -> int:
     table = Table("user", "created", "token hash (prefix)")
     for u in users:
         table.add_row(u.name, u.created, u.token_sha256[:12])
-    Console().print(table if users else "no users; add one with 'pie auth add NAME'")
+    stdout_console().print(table if users else "no users; add one with 'pie auth add NAME'")
     return 0
 
 

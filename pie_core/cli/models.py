@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from rich.console import Console
+from pie_core.cli.console import stdout_console
 from rich.table import Table
 
 from pie_core.models.registry import list_models, model_info
@@ -43,7 +43,7 @@ def _list(args: argparse.Namespace) -> int:
         name = f"[bold]{r.name}[/] (default)" if r.default else r.name
         status = "[green]available[/]" if r.available else f"[yellow]{r.note or 'not installed'}[/]"
         table.add_row(name, r.arch or "-", r.format or "-", _size(r.size), status, r.path or "-")
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 
@@ -57,7 +57,7 @@ def _info(args: argparse.Namespace) -> int:
     table.add_column("value")
     for key, value in _flatten(info):
         table.add_row(key, str(value))
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 
