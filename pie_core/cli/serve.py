@@ -32,7 +32,8 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", help="backend name (see 'pie backends'); default: engine.default_backend "
                    "(auto: torch if installed, else cpu)")
     p.add_argument("--model", help="a model name (see 'pie model list'), a .gguf file or a Hugging Face folder "
-                   "(config.json + *.safetensors); default: engine.default_model")
+                   "(config.json + *.safetensors), or a Hugging Face repo id in the local cache (owner/name, owner/name:FILE; "
+                   "see 'pie model pull'); default: engine.default_model")
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--no-auth", action="store_true", help="let every client in as user 'local' (loopback hosts only)")
     p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
