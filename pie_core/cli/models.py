@@ -10,6 +10,7 @@ from typing import Any
 from pie_core.cli.console import stdout_console
 from rich.table import Table
 
+from pie_core import cache_inventory
 from pie_core.errors import InvalidInput
 from pie_core.models import hub
 from pie_core.models.default_model import EMBEDDED_MODELS
@@ -73,8 +74,14 @@ def _rm(args: argparse.Namespace) -> int:
     if args.repo_id in EMBEDDED_MODELS:
         raise InvalidInput(f"{args.repo_id} is built in: 'pie cache clean --kind models' frees its assembled copy; "
                            "pip uninstall its packages to remove it")
+    names = cache_inventory.hub_model_names()  # before the files go: derived entries are named through them
     _, freed = hub.remove(args.repo_id)
     print(f"removed {args.repo_id} from the Hugging Face cache ({_size(freed)} freed)")
+    repo = args.repo_id.lower()
+    derived = [e for e in cache_inventory.entries(names=names) if e.model.split(":")[0].lower() == repo]
+    if derived:
+        cache_inventory.delete(derived)
+        print(f"and what Pie derived from it: {len(derived)} cache entries, {_size(sum(e.size for e in derived))}")
     return 0
 
 

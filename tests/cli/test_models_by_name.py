@@ -132,3 +132,14 @@ def test_list_shows_cached_repos_with_their_sizes_and_rm_deletes_them(pie, hf_ca
     assert "someone/Tiny" in rows and not any(n.startswith("someone/Tiny-GGUF") for n in rows)
     r = pie("model", "rm", "someone/Tiny-GGUF")
     assert r.code == 1 and "not in the Hugging Face cache" in r.err
+
+
+def test_rm_also_deletes_what_pie_derived_from_the_model(pie, hf_cache, tmp_path) -> None:
+    model = write_tiny_qwen2(tmp_path / "c.gguf", seed=3)  # weights no other test of this process loaded
+    hf_cache("someone/Tiny-GGUF", {"tiny-f32.gguf": model})
+    assert pie("run", "hello-world", "--backend", "cpu", "--model", "someone/Tiny-GGUF").code == 0
+    derived = [e for e in json.loads(pie("cache", "list", "--json").out) if e["model"] == "someone/Tiny-GGUF"]
+    assert any(e["kind"] == "weights" for e in derived)
+    r = pie("model", "rm", "someone/Tiny-GGUF")
+    assert r.code == 0 and "what Pie derived from it" in r.out
+    assert not any(e["model"] == "someone/Tiny-GGUF" for e in json.loads(pie("cache", "list", "--json").out))
