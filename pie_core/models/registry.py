@@ -78,7 +78,7 @@ class ModelSource:
     quant_types: dict[str, int] = field(default_factory=dict)
     _produce: Callable[..., Weights] = field(default=lambda **_: iter(()), repr=False, compare=False)
 
-    def weights(self, progress: Progress | None = None, use_cache: bool = True) -> Weights:
+    def weights(self, progress: Progress | None = None, use_cache: bool = True, keep: bool = True) -> Weights:
         """Iterate the canonical float32 weights (see :mod:`pie_core.models.spec`).
 
         GGUF weights go through the on-disk cache: the first call dequantises straight into
@@ -88,6 +88,9 @@ class ModelSource:
         Args:
             progress: ``progress(done_bytes, total_bytes)`` after each tensor.
             use_cache: Set ``False`` to dequantise without reading or writing the cache.
+            keep: Set ``False`` to read an existing cache entry but not write one: the arrays
+                are then maps of unlinked files, gone once the caller drops them (for backends
+                that keep their own derived layout, so no float32 copy stays on disk).
         """
         if self.format != "gguf" or not use_cache:
             return _phases(lambda: self._produce(progress=progress), "reading weights", progress)
@@ -97,9 +100,12 @@ class ModelSource:
             return _phases(lambda: _with_progress(cache.load(self.cache_key), entry, progress),
                            "reading cached weights", progress)
         info = {"source": str(self.path), "name": self.name}
+        what = ("dequantising weights into the cache (first load of this model)" if keep else
+                "dequantising weights for the backend's own layout (no float32 copy is kept)")
         return _phases(
-            lambda: cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate), info),
-            "dequantising weights into the cache (first load of this model)",
+            lambda: cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate),
+                                  info, keep=keep),
+            what,
             progress,
         )
 
