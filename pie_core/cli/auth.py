@@ -38,15 +38,15 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from pie_core.server.auth import list_users
+    from pie_core.server.auth import list_users, metrics_id
 
     users = list_users()
     if args.json:
-        print(json.dumps([{"name": u.name, "created": u.created} for u in users]))
+        print(json.dumps([{"name": u.name, "created": u.created, "metrics_id": metrics_id(u)} for u in users]))
         return 0
-    table = Table("user", "created", "token hash (prefix)")
+    table = Table("user", "created", "token hash (prefix)", "label in /metrics")
     for u in users:
-        table.add_row(u.name, u.created, u.token_sha256[:12])
+        table.add_row(u.name, u.created, u.token_sha256[:12], metrics_id(u))
     stdout_console().print(table if users else "no users; add one with 'pie auth add NAME'")
     return 0
 

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from conftest import TOKENS
 from inferlet import Context, Model, Sampler, runtime
 from pie_core.client import connect
 from pie_core.runtime.instance import run_main
@@ -18,10 +19,16 @@ from pie_core.server.metrics import RateMeter, status_line, token_totals
 PROBE = Path(__file__).parent / "inferlets" / "probe"
 
 
+def _scrape(url: str) -> str:
+    """``/metrics``, read with a user's token (auth is on)."""
+    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+    with urllib.request.urlopen(request) as resp:
+        return resp.read().decode()
+
+
 def _metrics(url: str) -> dict[str, float]:
     """Every unlabelled or ``model``-labelled sample of ``/metrics``, summed over models."""
-    with urllib.request.urlopen(url + "/metrics") as resp:
-        text = resp.read().decode()
+    text = _scrape(url)
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.fullmatch(r'(pie_[a-z_]+)(?:\{model="[^"]*"\})? (\S+)', line)
@@ -82,8 +89,7 @@ def test_a_multinomial_row_counts_each_draw_as_a_generated_token(dummy_engine):
 
 def _samples(url: str, prefix: str) -> dict[str, float]:
     """Every sample of ``/metrics`` whose name starts with ``prefix``, by its full name and labels."""
-    with urllib.request.urlopen(url + "/metrics") as resp:
-        text = resp.read().decode()
+    text = _scrape(url)
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line.startswith(prefix)}
 
