@@ -166,3 +166,33 @@ def test_every_backend_installs_from_its_wheel(wheel_env: WheelEnv) -> None:
     report = wheel_env.root / "cpu.json"
     wheel_env.pie("conformance", "--backend", "cpu", "-k", "forward", "--report", "json", str(report))
     assert json.loads(report.read_text())["totals"]["passed"] > 0
+
+
+def test_pie_serve_from_the_wheel_has_its_chat_page_and_openai_endpoints(wheel_env: WheelEnv) -> None:
+    """The chat page and the built-in openai-compat inferlet are package data the wheel must carry."""
+    import re
+    import time
+    import urllib.request
+
+    proc = subprocess.Popen([str(wheel_env.python.parent / "pie"), "serve", "--dummy", "--no-auth", "--port", "0",
+                             "--isolation", "inprocess", "--status-interval", "0"], cwd=wheel_env.root / "work",
+                            env=wheel_env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, port = time.monotonic() + 120, None
+        assert proc.stderr is not None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "pie serve exited"
+            if found := re.search(r"chat in a browser: http://127\.0\.0\.1:(\d+)/", line):
+                port = int(found[1])
+        assert port is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as resp:
+            assert b"<title>Pie chat</title>" in resp.read()
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            assert json.loads(resp.read())["usage"]["completion_tokens"] == 3
+    finally:
+        proc.terminate()
+        proc.wait(30)
