@@ -72,3 +72,18 @@ def test_torch_and_tensorrt_declare_it() -> None:
         if name in available_backends():
             assert bind_backend(name).hook.pie_backend_info().keeps_derived_weights, name
     assert not bind_backend("cpu").hook.pie_backend_info().keeps_derived_weights
+
+
+def test_the_torch_backend_on_a_gguf_leaves_its_layout_and_no_float32_copy(pie, tiny_model, monkeypatch) -> None:
+    from pie_core.plugins import available_backends
+
+    if "torch" not in available_backends():
+        pytest.skip("the torch backend is not installed")
+    monkeypatch.setenv("PIE_TORCH_NATIVE", "0")  # torch's own kernels: no compiler needed
+    for _ in range(2):  # the second load comes from the torch backend's store
+        r = pie("run", "hello-world", "--backend", "torch", "--model", str(tiny_model), "--", "--name", "t")
+        assert r.code == 0 and r.out.strip() == "hello t", r.err
+        assert r.engine.pools_whole()
+    root = WeightsCache().root.parent
+    assert _leftovers(WeightsCache().root) == []
+    assert len(list((root / "torch").glob("*.safetensors"))) == 1
