@@ -134,9 +134,10 @@ class ServeProcess:
         return int(self.proc.returncode or 0)
 
 
-def _metrics(http: str) -> dict[str, float]:
-    """``/metrics`` samples, summed over label sets."""
-    with urllib.request.urlopen(http + "/metrics", timeout=30) as resp:
+def _metrics(http: str, token: str | None = None) -> dict[str, float]:
+    """``/metrics`` samples, summed over label sets (with auth on, any user's token reads them)."""
+    request = urllib.request.Request(http + "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=30) as resp:
         text = resp.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
@@ -181,17 +182,17 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
 
 async def _wave(server: ServeProcess, clients: int, max_tokens: int, timeout: float, token: str | None = None) -> dict[str, Any]:
     """``clients`` clients at once; their latencies and what ``/metrics`` counted meanwhile."""
-    before = await asyncio.to_thread(_metrics, server.http)
+    before = await asyncio.to_thread(_metrics, server.http, token)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     results = await asyncio.wait_for(asyncio.gather(*(_client(server.url, i, max_tokens, token) for i in range(clients))), timeout)
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()[0]
-    after = await asyncio.to_thread(_metrics, server.http)
+    after = await asyncio.to_thread(_metrics, server.http, token)
     deadline = time.monotonic() + 30  # a finished process leaves the table once its return is delivered
     while (health := await asyncio.to_thread(_health, server.http))["processes"] and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    pages_in_use = (await asyncio.to_thread(_metrics, server.http))["pie_kv_pages_in_use"]
+    pages_in_use = (await asyncio.to_thread(_metrics, server.http, token))["pie_kv_pages_in_use"]
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     batches = after["pie_batches_total"] - before["pie_batches_total"]

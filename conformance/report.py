@@ -135,9 +135,9 @@ class SuiteReport:
         if failed or not_run:
             console.print("[bold red]failed cases[/]")
             for c in failed:
-                console.print(f"  {c.case}: {c.reason}", markup=False, highlight=False)
+                console.print(f"  {c.case}: {c.reason}", markup=False, highlight=False, soft_wrap=True)
             for reason, n in not_run.items():
-                console.print(f"  {n} x {reason}", markup=False, highlight=False)
+                console.print(f"  {n} x {reason}", markup=False, highlight=False, soft_wrap=True)
         reasons: dict[str, list[str]] = {}
         for c in self.cases.values():
             if c.outcome == "not_supported":
@@ -146,7 +146,7 @@ class SuiteReport:
             console.print("[bold yellow]not supported[/]")
             for reason, surfaces in sorted(reasons.items()):
                 where = ", ".join(sorted(set(surfaces)))
-                console.print(f"  {len(surfaces)} x {reason} ({where})", markup=False, highlight=False)
+                console.print(f"  {len(surfaces)} x {reason} ({where})", markup=False, highlight=False, soft_wrap=True)
         out = console.file
         assert isinstance(out, io.StringIO)
         return out.getvalue()

@@ -13,7 +13,8 @@ backend written for an older minor keeps working unchanged. A major bump changes
 hooks or fields mean, and older backends are refused. History: 1.1 added ``ProbeKind.EMBEDDING``
 (feature ``"embeddings"``); 1.2 ``BackendOptions.weights_key``; 1.3 the adapter hooks
 (``pie_backend_adapter_*``, feature ``"adapters"``, and ``pie_backend_adapter_zo`` with feature
-``"zo"``) and ``Capabilities.max_adapters`` / ``max_adapter_rank``.
+``"zo"``) and ``Capabilities.max_adapters`` / ``max_adapter_rank``; 1.4
+``BackendInfo.keeps_derived_weights`` (the engine then keeps no float32 copy of a GGUF).
 
 Every array is a numpy array; integer arrays are int32 unless said otherwise. The core builds
 batches; the backend never sees Python lists per token. Hooks are called from one backend worker
@@ -47,7 +48,7 @@ __all__ = [
     "BackendSpec",
 ]
 
-CONTRACT_VERSION = "1.3"
+CONTRACT_VERSION = "1.4"
 """Major.minor of this contract. A plugin whose major differs is refused at registration; any
 minor of the same major is accepted (minors only add optional, feature-gated capabilities)."""
 
@@ -74,6 +75,11 @@ class BackendInfo:
     features: frozenset[str] = frozenset()
     """Features the backend can offer (same names as ``Capabilities.features``)."""
     devices: tuple[str, ...] = ("cpu",)
+    keeps_derived_weights: bool = False
+    """(contract 1.4) The backend stores what it derives from the weights (a packed or quantised
+    layout) under ``BackendOptions.weights_key`` and reads ``weights`` only when nothing is stored
+    for that key. The engine then keeps no float32 copy of a GGUF's weights on disk: it dequantises
+    into unlinked temporary files that vanish once the backend lets go of them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,10 @@ def signature(tool: dict[str, Any]) -> str:
 async def main(input: dict[str, Any]) -> dict[str, Any]:
     servers = mcp.available_servers()
     if not servers:
-        raise RuntimeError("no MCP server is available: add one under [mcp.servers.NAME] in ~/.pie/config.toml")
+        raise RuntimeError(
+            "mcp-tools needs an MCP server configured on the engine ([mcp.servers.NAME] in ~/.pie/config.toml), e.g. "
+            "pie config set mcp.servers.time.command uvx "
+            "&& pie config set mcp.servers.time.args '[\"mcp-server-time\"]' (see docs/mcp.md)")
     name = input.get("server") or servers[0]
     with mcp.connect(name) as server:
         tools = json.loads(await server.list_tools())["tools"]

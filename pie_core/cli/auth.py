@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
+from pie_core.cli.console import stdout_console
 from rich.table import Table
 
 __all__ = ["register"]
@@ -31,23 +31,23 @@ def _add(args: argparse.Namespace) -> int:
     from pie_core.server.auth import add_user
 
     token = add_user(args.name)
-    console = Console()
+    console = stdout_console()
     console.print(f"user [bold]{args.name}[/]: token (shown once, keep it secret):")
     print(token)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    from pie_core.server.auth import list_users
+    from pie_core.server.auth import list_users, metrics_id
 
     users = list_users()
     if args.json:
-        print(json.dumps([{"name": u.name, "created": u.created} for u in users]))
+        print(json.dumps([{"name": u.name, "created": u.created, "metrics_id": metrics_id(u)} for u in users]))
         return 0
-    table = Table("user", "created", "token hash (prefix)")
+    table = Table("user", "created", "token hash (prefix)", "label in /metrics")
     for u in users:
-        table.add_row(u.name, u.created, u.token_sha256[:12])
-    Console().print(table if users else "no users; add one with 'pie auth add NAME'")
+        table.add_row(u.name, u.created, u.token_sha256[:12], metrics_id(u))
+    stdout_console().print(table if users else "no users; add one with 'pie auth add NAME'")
     return 0
 
 

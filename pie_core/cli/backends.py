@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
+from pie_core.cli.console import stdout_console
 from rich.table import Table
 
 from pie_core.plugins import available_backends, bind_backend
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
             r["distribution"],
             "[green]ok[/]" if status == "ok" else f"[red]{status}[/]",
         )
-    console = Console()
+    console = stdout_console()
     console.print(table)
     for r in rows:
         if r.get("description"):

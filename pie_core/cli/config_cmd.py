@@ -35,7 +35,11 @@ def register(sub: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    print(f"# {config.config_path()}")
+    path = config.config_path()
+    if path.is_file():
+        print(f"# {path}")
+    else:
+        print(f"# No config file yet: these are the defaults. 'pie config set KEY VALUE' would create {path}")
     print(config.load_config().as_string(), end="")
     return 0
 

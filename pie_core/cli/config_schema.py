@@ -150,7 +150,7 @@ def _model_format(text: str, doc: TOMLDocument) -> str:
 
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in (
-    Setting("engine.default_model", "a model name (see 'pie model list'), a .gguf file or a Hugging Face folder",
+    Setting("engine.default_model", "a model name (see 'pie model list'), a .gguf file, a Hugging Face folder or repo id",
             _model, "the model used when --model is not given"),
     Setting("engine.default_backend", "'auto' or an installed backend", _backend,
             "the backend used when --backend is not given; auto is torch where installed, else cpu"),

@@ -12,14 +12,16 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pie_core.cli import auth, backends, config_cmd, conformance, models, run, serve
+    from pie_core.cli import auth, backends, cache, config_cmd, conformance, examples, models, run, serve
 
     parser = argparse.ArgumentParser(prog="pie", description="Pie: a programmable LLM serving engine.")
     parser.add_argument("--version", action="version", version=f"pie {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run.register(sub)
+    examples.register(sub)
     backends.register(sub)
     models.register(sub)
+    cache.register(sub)
     config_cmd.register(sub)
     conformance.register(sub)
     serve.register(sub)

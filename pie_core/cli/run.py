@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", help="backend name (see 'pie backends'); default: engine.default_backend "
                    "(auto: torch if installed, else cpu)")
     p.add_argument("--model", help="a model name (see 'pie model list'), a .gguf file or a Hugging Face folder "
-                   "(config.json + *.safetensors); default: engine.default_model")
+                   "(config.json + *.safetensors), or a Hugging Face repo id in the local cache (owner/name, owner/name:FILE; "
+                   "see 'pie model pull'); default: engine.default_model")
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--events", choices=["jsonl"], help="print every event as one JSON object per line")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")

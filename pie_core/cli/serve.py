@@ -32,7 +32,8 @@ def register(sub: Any) -> None:
     p.add_argument("--backend", help="backend name (see 'pie backends'); default: engine.default_backend "
                    "(auto: torch if installed, else cpu)")
     p.add_argument("--model", help="a model name (see 'pie model list'), a .gguf file or a Hugging Face folder "
-                   "(config.json + *.safetensors); default: engine.default_model")
+                   "(config.json + *.safetensors), or a Hugging Face repo id in the local cache (owner/name, owner/name:FILE; "
+                   "see 'pie model pull'); default: engine.default_model")
     p.add_argument("--dummy", action="store_true", help="use the dummy backend (no weights, random tokens)")
     p.add_argument("--no-auth", action="store_true", help="let every client in as user 'local' (loopback hosts only)")
     p.add_argument("--data-dir", type=Path, help="where uploaded programs are stored (default: ~/.pie/server)")
@@ -103,6 +104,13 @@ def _refuse_busy_port(host: str, port: int) -> None:
                     raise _port_in_use(host, port) from None
 
 
+def _url_host(host: str) -> str:
+    """The host a browser on this machine opens (a wildcard bind answers on loopback too)."""
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
 def _serve(args: argparse.Namespace) -> int:
     from pie_core.engine.engine import Engine
     from pie_core.server import Authenticator, PieServer, ServerOptions
@@ -159,6 +167,9 @@ def _serve(args: argparse.Namespace) -> int:
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
                     f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)
+        page = f"http://{_url_host(args.host)}:{server.port}/"
+        console.print(f"chat in a browser: [bold]{page}[/]" + (" (paste a token from 'pie auth add NAME')" if auth.enabled else ""),
+                      soft_wrap=True)
         await server.serve_until_signalled()
         console.print("pie serve stopped")
 

@@ -125,12 +125,14 @@ class Engine:
         if source.name in self.models:
             return self.models[source.name]
         pm = bind_backend(self.backend)
+        # A backend that stores its own layout of the weights needs them once: no float32 copy stays.
+        keep = not getattr(pm.hook.pie_backend_info(), "keeps_derived_weights", False)
         thread = backend_thread()  # the load runs where the batches will (see backend_thread)
         try:
             caps: Capabilities = thread.submit(
                 pm.hook.pie_backend_load_model,
                 spec=source.spec,
-                weights=source.weights(progress=progress),
+                weights=source.weights(progress=progress, keep=keep),
                 options=dataclasses.replace(self.options, weights_key=source.cache_key),
             ).result()
         except BaseException as exc:

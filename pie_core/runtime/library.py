@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pie_core
+from pie_core.bundled import examples_dir
 from pie_core.errors import NotFound
 from pie_core.runtime.manifest import Manifest, load_manifest
 
-__all__ = ["example_dirs", "find_inferlet", "find_program"]
+__all__ = ["example_dirs", "find_inferlet", "find_program", "list_examples"]
 
 
 def example_dirs() -> list[Path]:
-    """Folders searched for example inferlets by name."""
-    here = Path(pie_core.__file__).resolve().parents[1] / "examples"
-    return [Path.cwd() / "examples", here]
+    """Folders searched for example inferlets by name: ``./examples``, then the bundled ones."""
+    return [Path.cwd() / "examples", examples_dir()]
+
+
+def list_examples() -> list[Manifest]:
+    """The manifest of every example reachable by name, sorted by name (the first folder of
+    :func:`example_dirs` that has a name wins, as in :func:`find_inferlet`)."""
+    found: dict[str, Manifest] = {}
+    for root in example_dirs():
+        for toml in sorted(root.glob("*/Pie.toml")) if root.is_dir() else ():
+            if toml.parent.name not in found:
+                found[toml.parent.name] = load_manifest(toml.parent)
+    return [found[name] for name in sorted(found)]
 
 
 def find_inferlet(target: str) -> Path:

@@ -27,6 +27,7 @@ from pie_core.server.cors import CorsPolicy
 from pie_core.server.http import MAX_BODY, Admission, HttpConnections, HttpRefusal, HttpRequest, HttpResponder
 from pie_core.server.latency import RequestMetrics
 from pie_core.server.memory import MemoryWatch
+from pie_core.server.chat_page import chat_page
 from pie_core.server.metrics import RateMeter, prometheus_text, status_line
 from pie_core.server.processes import ProcessTable
 from pie_core.server.quotas import ConnectionCounts, Quotas
@@ -271,18 +272,18 @@ class PieServer:
         }
 
     def _routes(self) -> list[tuple[str, str]]:
-        return [("GET", "/health"), ("GET", "/metrics"), *self._v1_routes()]
+        return [("GET", "/"), ("GET", "/health"), ("GET", "/metrics"), *self._v1_routes()]
 
     def _http_admit(self, request: HttpRequest) -> Admission:
         """From the head alone: 403 for a disallowed web origin (204 for an allowed CORS preflight),
-        404 for an unknown route, 401 for a bad token on ``/v1/*``, else the most body bytes the
-        route takes (nothing is buffered for a request refused here)."""
-        self.options.cors.check(request)
+        404 for an unknown route, 401 for a bad token on ``/v1/*`` and ``/metrics``, else the
+        most body bytes the route takes (nothing is buffered for a request refused here)."""
+        self.options.cors.check(request, trust_names=self.auth.enabled)
         cors = self.options.cors.headers(request)
         route = (request.method, request.path.rstrip("/") or "/")
-        if route in (("GET", "/health"), ("GET", "/metrics")):
+        if route in (("GET", "/"), ("GET", "/health")):  # the chat page and the health check are public
             return Admission(0)
-        if route not in self._v1_routes():
+        if route != ("GET", "/metrics") and route not in self._v1_routes():
             known = ", ".join(f"{m} {p}" for m, p in self._routes())
             raise HttpRefusal(404, openai.error_body(f"no route {request.method} {request.path}; routes: {known}",
                                                     code="not_found"), headers=cors)
@@ -297,6 +298,10 @@ class PieServer:
         route = (request.method, request.path.rstrip("/") or "/")
         respond.headers = self.options.cors.headers(request)
         try:
+            if route == ("GET", "/"):
+                page, headers = chat_page()
+                respond.send(200, page, "text/html; charset=utf-8", headers)
+                return
             if route == ("GET", "/health"):
                 body = {"status": "ok", "models": list(self.engine.models), "processes": len(self.processes)}
                 respond.send(200, json.dumps(body).encode(), "application/json")

@@ -24,7 +24,8 @@ from tomlkit.toml_document import TOMLDocument
 from pie_core import config as cfg
 from pie_core.errors import InvalidInput, NotFound, PieError
 
-__all__ = ["User", "Authenticator", "AuthError", "add_user", "remove_user", "list_users", "hash_token", "LOCAL_USER"]
+__all__ = ["User", "Authenticator", "AuthError", "add_user", "remove_user", "list_users", "hash_token", "metrics_id",
+           "LOCAL_USER"]
 
 log = logging.getLogger("pie.server")
 
@@ -47,6 +48,12 @@ class User:
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def metrics_id(user: User) -> str:
+    """The label ``/metrics`` gives ``user``: derived from its token's hash, so a scrape names no
+    one (any user's token may read ``/metrics``); ``pie auth list`` shows whose it is."""
+    return "u-" + hashlib.sha256(b"pie-metrics\0" + user.token_sha256.encode()).hexdigest()[:10]
 
 
 def list_users(config: TOMLDocument | None = None) -> list[User]:
@@ -114,6 +121,7 @@ class Authenticator:
         self._users = list(users)
         self._source = Path(source) if source is not None else None
         self._stamp = _file_stamp(self._source)
+        self._salt = secrets.token_bytes(16)  # pseudonyms of users no longer configured
 
     @property
     def user_count(self) -> int:
@@ -157,6 +165,17 @@ class Authenticator:
         if [u.name for u in users] != [u.name for u in self._users]:
             log.info("auth: users reloaded from %s: %s", self._source, ", ".join(u.name for u in users) or "none")
         self._users = users
+
+    def pseudonym(self, name: str) -> str:
+        """How ``/metrics`` labels the user ``name`` (:func:`metrics_id`; with authentication off,
+        the one user's own name)."""
+        if not self.enabled:
+            return name
+        self._refresh()
+        for user in self._users:
+            if user.name == name:
+                return metrics_id(user)
+        return "u-" + hashlib.sha256(self._salt + name.encode()).hexdigest()[:10]
 
     def check(self, token: str | None) -> str:
         """The user ``token`` belongs to.

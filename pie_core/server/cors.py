@@ -6,6 +6,13 @@ is read, so a page a user happens to visit cannot make the user's browser spend 
 compute (on a loopback ``--no-auth`` server there is no token to stop it). Clients that are not
 browsers send no ``Origin`` and are not affected.
 
+The one page allowed without a list is the server's own chat page (``GET /``): a request whose
+``Origin`` names the very host it was sent to (``Host``) comes from a page this server served.
+``Host`` is the browser's, so a page reaching the server under a name its author controls
+(DNS rebinding) also looks same-origin; such a page holds no token, so a same-origin name is
+trusted only when authentication is on, or when it is an IP address or ``localhost``, which DNS
+rebinding cannot produce.
+
 ``[server] cors_origins`` in ``~/.pie/config.toml`` lists the origins allowed, exactly
 (``"https://app.example.com"``, scheme, host and port), or ``"*"`` for every origin. Allowed
 requests get ``Access-Control-Allow-Origin``; preflights (``OPTIONS`` with
@@ -16,20 +23,49 @@ must hold and send itself, so allowing an origin does not let it act as a user i
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from pie_core import config as cfg
 from pie_core.errors import InvalidInput
 from pie_core.server.http import HttpRefusal, HttpRequest, error_json
 
-__all__ = ["CorsPolicy"]
+__all__ = ["CorsPolicy", "same_origin"]
 
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 _HEADER_LIST = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*")
 _DEFAULT_HEADERS = "authorization, content-type"
 MAX_AGE_S = 600
+
+
+def _literal_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if name.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def same_origin(request: HttpRequest, *, trust_names: bool) -> bool:
+    """Whether the request's ``Origin`` is the server itself as the browser addressed it
+    (its host and port equal ``Host``); by name only when ``trust_names`` (authentication on),
+    else only for an IP address or ``localhost`` (see the module docstring)."""
+    origin, host = request.headers.get("origin"), request.headers.get("host")
+    if not origin or not host:
+        return False
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.netloc.lower() != host.strip().lower():
+        return False
+    return trust_names or _literal_host(host.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +109,15 @@ class CorsPolicy:
             return [("access-control-allow-origin", "*")]
         return [("access-control-allow-origin", origin), ("vary", "Origin")]
 
-    def check(self, request: HttpRequest) -> None:
+    def check(self, request: HttpRequest, *, trust_names: bool = False) -> None:
         """Refuse a request from a disallowed origin (403); answer an allowed preflight (204).
+        A same-origin request (see :func:`same_origin`) passes.
 
         Raises:
             HttpRefusal: The answer, given from the head alone.
         """
         origin = request.headers.get("origin")
-        if origin is None:
+        if origin is None or same_origin(request, trust_names=trust_names):
             return
         if not self.allows(origin):
             raise HttpRefusal(403, error_json(

@@ -103,22 +103,25 @@ def _label(value: str) -> str:
 
 
 def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
-    """Gauges labelled by ``user``: what each user holds against its quotas (docs/server.md)."""
+    """Gauges labelled by ``user``: what each user holds against its quotas (docs/server.md). The
+    label is the user's pseudonym (:meth:`Authenticator.pseudonym`), never its name: any user's
+    token reads this page."""
     procs = server.processes.all()
-    pages = [(f'{{user="{_label(u)}",model="{_label(m.name)}"}}', float(n))
-             for m in models for u, n in sorted(m.pool.accounts.held().items())]
+    who = server.auth.pseudonym
+    pages = sorted((f'{{user="{_label(who(u))}",model="{_label(m.name)}"}}', float(n))
+                   for m in models for u, n in m.pool.accounts.held().items())
     metric("pie_user_kv_pages", "gauge", "KV pages held by a user's contexts and snapshots (quota server.quotas.pages).", pages)
     credits: list[tuple[str, float]] = []
     for m in models:
         balances: dict[str, float] = {}
         for wallet in m.market.ledger.wallets.values():
             balances[wallet.user] = balances.get(wallet.user, 0.0) + wallet.balance
-        credits.extend((f'{{user="{_label(u)}",model="{_label(m.name)}"}}', b) for u, b in sorted(balances.items()))
+        credits.extend(sorted((f'{{user="{_label(who(u))}",model="{_label(m.name)}"}}', b) for u, b in balances.items()))
     metric("pie_user_credits", "gauge", "Credits a user's live inferlets hold in a model's KV-page market "
            "(their endowments are bounded by quota server.quotas.credits).", credits)
 
     def by_user(counts: dict[str, float]) -> list[tuple[str, float]]:
-        return [(f'{{user="{_label(u)}"}}', float(n)) for u, n in sorted(counts.items())]
+        return sorted((f'{{user="{_label(who(u))}"}}', float(n)) for u, n in counts.items())
 
     for user in {p.user for p in procs}:
         server.processes.scratch.refresh(user)  # measured in a thread; this scrape shows the last one

@@ -57,3 +57,43 @@ def write_tiny_qwen2(path: Path, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_tiny_hf_folder(folder: Path, seed: int = 0) -> Path:
+    """The same architecture as a Hugging Face folder: ``config.json``, ``model.safetensors``
+    (transformers' names) and a byte-level ``tokenizer.json``, ~100 KB."""
+    import json
+
+    from safetensors.numpy import save_file
+    from tokenizers import AddedToken, decoders, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.models import BPE
+
+    rng = np.random.default_rng(seed)
+    chars = list(byte_to_unicode().values())
+    vocab = len(chars) + 2
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": vocab, "hidden_size": HIDDEN,
+        "intermediate_size": FFN, "num_hidden_layers": 1, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+        "max_position_embeddings": 512, "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}))
+
+    def t(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    p = "model.layers.0."
+    save_file({"model.embed_tokens.weight": t(vocab, HIDDEN), "model.norm.weight": t(HIDDEN),
+               p + "input_layernorm.weight": t(HIDDEN), p + "post_attention_layernorm.weight": t(HIDDEN),
+               p + "self_attn.q_proj.weight": t(HEADS * HEAD_DIM, HIDDEN), p + "self_attn.q_proj.bias": t(HEADS * HEAD_DIM),
+               p + "self_attn.k_proj.weight": t(KV_HEADS * HEAD_DIM, HIDDEN), p + "self_attn.k_proj.bias": t(KV_HEADS * HEAD_DIM),
+               p + "self_attn.v_proj.weight": t(KV_HEADS * HEAD_DIM, HIDDEN), p + "self_attn.v_proj.bias": t(KV_HEADS * HEAD_DIM),
+               p + "self_attn.o_proj.weight": t(HIDDEN, HEADS * HEAD_DIM), p + "mlp.gate_proj.weight": t(FFN, HIDDEN),
+               p + "mlp.up_proj.weight": t(FFN, HIDDEN), p + "mlp.down_proj.weight": t(HIDDEN, FFN)},
+              str(folder / "model.safetensors"))
+    tok = HFTokenizer(BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    return folder

@@ -34,7 +34,7 @@ def example_venv(tmp_path_factory) -> Path:
     python = venv / "bin" / "python"
     target = Path(_sh([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root).strip())
     # Inside a venv, "system" site-packages means the base interpreter's; bridge to this one's
-    # (numpy, pie-engine, pie-backend-cpu, pytest), running its .pth files (editable installs).
+    # (numpy, pie-engine, pytest), running its .pth files (editable installs).
     bridge = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())
     (target / "_pie_parent_env.pth").write_text(bridge)
     _sh([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
 from pie_core.host.binding import HostInstance
 from pie_core.runtime.instance import load_entry, run_inferlet, run_main
@@ -177,6 +178,21 @@ def test_speculative_decoding_gives_the_same_text_in_fewer_steps(cpu_engine):
     assert out["same_text"] and runs["none"]["text"].startswith("def average_price(")
     assert runs["none"]["steps"] == runs["none"]["tokens"] == 24
     assert runs["custom"]["steps"] < 24 and runs["system"]["steps"] < 24
+
+
+def test_speculative_decoding_times_every_mode_after_an_untimed_warm_up():
+    """A newcomer read 18x where the truth was ~5x: the first mode's time held the backend's first
+    passes and the prompt's prefill, which the later modes found cached."""
+    engine = Engine("dummy")
+    engine.load(None)
+    try:
+        out, events = run_example(engine, "speculative-decoding", {"max_tokens": 6, "modes": "none,system"})
+    finally:
+        asyncio.run(engine.close())
+    lines = "".join(e.value for e in events if e.kind == "stdout").splitlines()
+    assert lines[0].startswith("warm-up: ") and "(not counted)" in lines[0]
+    assert [line.split(":")[0] for line in lines[1:]] == ["none", "system"]
+    assert "warm_up_seconds" in out and [r["mode"] for r in out["runs"]] == ["none", "system"]
 
 
 @pytest.fixture

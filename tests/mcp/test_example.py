@@ -31,7 +31,8 @@ def test_example_lists_the_tools_and_calls_one(engine):
     assert "  add(a: integer, b: integer) - Add two integers." in lines and lines[-1] == "add -> 7"
 
 
-def test_example_without_servers_says_how_to_add_one(pie_home, engine):
+def test_example_without_servers_says_how_to_add_one_in_one_line(pie_home, engine):
     (pie_home / "config.toml").write_text("[engine]\npage_size = 16\n")
     final = _run(engine, {})[-1]
-    assert final.kind == "error" and "[mcp.servers.NAME]" in final.value
+    assert final.kind == "error" and "[mcp.servers.NAME]" in final.value and "\n" not in final.value
+    assert "pie config set mcp.servers.time.command uvx" in final.value and "docs/mcp.md" in final.value

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from hostile import Served, write_program
+from hostile import TOKENS, Served, write_program
 from pie_core.client import connect
 from pie_core.errors import InvalidInput
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT
+from pie_core.server.auth import User, hash_token, metrics_id
 from pie_core.server.quotas import Quotas
 
 REPORT_BALANCE = """
@@ -46,11 +47,13 @@ async def _end(procs: list[Any]) -> None:
 
 async def _credits_gauge(s: Served, user: str) -> float:
     def get() -> str:
-        with urllib.request.urlopen(s.http + "/metrics") as resp:
+        request = urllib.request.Request(s.http + "/metrics", headers={"Authorization": f"Bearer {s.tokens['alice']}"})
+        with urllib.request.urlopen(request) as resp:
             return resp.read().decode()
 
     text = await asyncio.to_thread(get)
-    return sum(float(m[1]) for m in re.finditer(rf'^pie_user_credits\{{user="{user}"[^}}]*\}} (\S+)$', text, re.M))
+    label = metrics_id(User(user, hash_token(TOKENS[user])))  # /metrics names no user
+    return sum(float(m[1]) for m in re.finditer(rf'^pie_user_credits\{{user="{label}"[^}}]*\}} (\S+)$', text, re.M))
 
 
 def test_many_inferlets_share_their_users_credit_quota_and_alice_is_endowed_in_full(hostile, tmp_path):

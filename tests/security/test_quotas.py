@@ -15,12 +15,13 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from hostile import PROBE, Served, victim_is_served, write_program
+from hostile import PROBE, TOKENS, Served, victim_is_served, write_program
 from pie_core.client import connect
 from pie_core.client.client import ServerError
 from pie_core.errors import InvalidInput
 from pie_core.runtime.launcher import InProcessLauncher
 from pie_core.server import app as app_module
+from pie_core.server.auth import User, hash_token, metrics_id
 from pie_core.server.quotas import Quotas
 
 HOG_SNAPSHOTS = """
@@ -96,15 +97,19 @@ async def main(input):
 
 async def _metrics(s: Served) -> str:
     def get() -> str:
-        with urllib.request.urlopen(s.http + "/metrics") as resp:
+        request = urllib.request.Request(s.http + "/metrics", headers={"Authorization": f"Bearer {s.tokens['alice']}"})
+        with urllib.request.urlopen(request) as resp:
             return resp.read().decode()
 
     return await asyncio.to_thread(get)
 
 
 def _gauge(text: str, name: str, user: str) -> float:
+    """A user's gauge, found under the pseudonym /metrics gives it (its name never appears)."""
+    assert f'user="{user}"' not in text
+    label = metrics_id(User(user, hash_token(TOKENS[user])))
     total = 0.0
-    for m in re.finditer(rf'^{name}\{{user="{user}"[^}}]*\}} (\S+)$', text, re.M):
+    for m in re.finditer(rf'^{name}\{{user="{label}"[^}}]*\}} (\S+)$', text, re.M):
         total += float(m[1])
     return total
 

@@ -52,7 +52,9 @@ def test_health_and_metrics(served):
             await (await client.launch(await client.install(PROBE), {"mode": "generate", "max_tokens": 3})).wait()
         status, _, body = await asyncio.to_thread(http_request, s.http + "/health")
         assert status == 200 and json.loads(body)["status"] == "ok"
-        status, ctype, body = await asyncio.to_thread(http_request, s.http + "/metrics")
+        status, _, body = await asyncio.to_thread(http_request, s.http + "/metrics")
+        assert status == 401 and b"authentication required" in body  # auth is on: /metrics needs a token too
+        status, ctype, body = await asyncio.to_thread(http_request, s.http + "/metrics", None, s.tokens["alice"])
         text = body.decode()
         assert status == 200 and ctype.startswith("text/plain")
         samples = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}

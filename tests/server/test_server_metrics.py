@@ -18,10 +18,16 @@ from pie_core.server.metrics import RateMeter, status_line, token_totals
 PROBE = Path(__file__).parent / "inferlets" / "probe"
 
 
-def _metrics(url: str) -> dict[str, float]:
+def _scrape(s) -> str:
+    """``/metrics``, read with a user's token (auth is on)."""
+    request = urllib.request.Request(s.http + "/metrics", headers={"Authorization": f"Bearer {s.tokens['alice']}"})
+    with urllib.request.urlopen(request) as resp:
+        return resp.read().decode()
+
+
+def _metrics(s) -> dict[str, float]:
     """Every unlabelled or ``model``-labelled sample of ``/metrics``, summed over models."""
-    with urllib.request.urlopen(url + "/metrics") as resp:
-        text = resp.read().decode()
+    text = _scrape(s)
     out: dict[str, float] = {}
     for line in text.splitlines():
         m = re.fullmatch(r'(pie_[a-z_]+)(?:\{model="[^"]*"\})? (\S+)', line)
@@ -32,13 +38,13 @@ def _metrics(url: str) -> dict[str, float]:
 
 def test_metrics_count_generated_tokens_apart_from_input_tokens(served):
     async def scenario(s):
-        before = await asyncio.to_thread(_metrics, s.http)
+        before = await asyncio.to_thread(_metrics, s)
         meter = RateMeter()
         meter.sample(*token_totals(s.server), now=100.0)
         async with await connect(s.url, s.tokens["alice"]) as client:
             proc = await client.launch(await client.install(PROBE), {"mode": "generate", "max_tokens": 7})
             assert await proc.wait() == 7
-        after = await asyncio.to_thread(_metrics, s.http)
+        after = await asyncio.to_thread(_metrics, s)
         generated = after["pie_generated_tokens_total"] - before["pie_generated_tokens_total"]
         fed = after["pie_input_tokens_total"] - before["pie_input_tokens_total"]
         assert generated == 7  # one sampled token per step, argmax, no stop tokens
@@ -80,10 +86,9 @@ def test_a_multinomial_row_counts_each_draw_as_a_generated_token(dummy_engine):
     assert dummy_engine.pools_whole()
 
 
-def _samples(url: str, prefix: str) -> dict[str, float]:
+def _samples(s, prefix: str) -> dict[str, float]:
     """Every sample of ``/metrics`` whose name starts with ``prefix``, by its full name and labels."""
-    with urllib.request.urlopen(url + "/metrics") as resp:
-        text = resp.read().decode()
+    text = _scrape(s)
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line.startswith(prefix)}
 
@@ -103,14 +108,14 @@ def test_metrics_have_latency_histograms_and_responses_by_route_and_status(serve
     async def scenario(s):
         model = next(iter(s.server.engine.models))
         label = f'model="{model}"'
-        before = await asyncio.to_thread(_samples, s.http, "pie_")
+        before = await asyncio.to_thread(_samples, s, "pie_")
         chat = s.http + "/v1/chat/completions"
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0}
         assert await asyncio.to_thread(_post, chat, {**body, "n": 2}, s.tokens["alice"]) == 200
         assert await asyncio.to_thread(_post, chat, {**body, "stream": True}, s.tokens["alice"]) == 200
         assert await asyncio.to_thread(_post, chat, {"messages": []}, s.tokens["alice"]) == 400
         assert await asyncio.to_thread(_post, s.http + "/nowhere", {}, s.tokens["alice"]) == 404
-        after = await asyncio.to_thread(_samples, s.http, "pie_")
+        after = await asyncio.to_thread(_samples, s, "pie_")
 
         def grew(name: str) -> float:
             return after.get(name, 0.0) - before.get(name, 0.0)

@@ -33,12 +33,12 @@ from importlib import metadata
 from pathlib import Path
 
 import inferlet
-import pie_core
+from pie_core.bundled import wit_dir
 from pie_core.errors import Unsupported
 
 __all__ = ["WIT_DIR", "component_path", "stdlib_path", "toolchain_missing", "stage"]
 
-WIT_DIR = Path(pie_core.__file__).resolve().parent.parent / "wit"
+WIT_DIR = wit_dir()
 _GUEST = Path(__file__).resolve().parent / "guest"
 _SDK = Path(inferlet.__file__).resolve().parent
 _build_lock = threading.Lock()
@@ -57,7 +57,7 @@ def toolchain_missing() -> str | None:
             return (f"the wasm runner needs {dist}, which is not installed: pip install 'pie-engine[wasm]' "
                     f"(or run with --isolation process)")
     if not WIT_DIR.is_dir():
-        return f"the WIT package {WIT_DIR} is missing (a source checkout has it under wit/)"
+        return f"the WIT package {WIT_DIR} is missing: reinstall pie-engine (its wheel carries wit/)"
     return None
 
 

@@ -83,7 +83,8 @@ class TensorrtBackend:
         have = available()
         devices = ("cuda", "cpu") if {"CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(have) else ("cpu",)
         return BackendInfo(name="tensorrt", version=_package_version(), contract_version=CONTRACT_VERSION,
-                           description=_describe(), features=FEATURES, devices=devices)
+                           description=_describe(), features=FEATURES, devices=devices,
+                           keeps_derived_weights=True)  # export.py: its graph under weights_key
 
     @hookimpl
     def pie_backend_load_model(

@@ -96,6 +96,7 @@ class TorchBackend(AdapterHooks):
             description=f"torch {torch.__version__}: bf16/int8/int4 on CPU, Triton kernels and CUDA graphs on CUDA",
             features=FEATURES,
             devices=_devices(),
+            keeps_derived_weights=True,  # weights_store.py: its layout under weights_key
         )
 
     @hookimpl
