@@ -147,13 +147,15 @@ import os, stat
 async def main(input):
     junk = [b"\\xff\\xff\\xff\\xf0" + b"\\xdd" * 64,
             (40).to_bytes(4, "big") + bytes([0xdd, 0x7f, 0xff, 0xff, 0xff]) + b"\\x91" * 35]
+    pipes = 0
     for fd in range(3, 64):
         try:
             if stat.S_ISFIFO(os.fstat(fd).st_mode):
                 os.write(fd, junk[fd % 2])
+                pipes += 1
         except OSError:
             pass
-    return "still here"
+    return f"still here after junk on {pipes} pipes" if pipes else "no pipe to write to"
 '''
 
 _LIMITS = '''
@@ -245,7 +247,9 @@ def _inferlet_attacker(name: str, *, breach_if: Callable[[str, Any], str | None]
     return attack
 
 
-wire = _inferlet_attacker("evil-wire", breach_if=lambda k, v: f"worker survived junk on its pipe: {v}" if k == "return" else None)
+# a worker that wrote junk on its pipe to the server must be killed; a wasm guest has no pipe to write to
+wire = _inferlet_attacker("evil-wire", breach_if=lambda k, v: f"worker survived junk on its pipe: {v}"
+                          if k == "return" and v != "no pipe to write to" else None)
 limits = _inferlet_attacker("evil-limits", breach_if=lambda k, v: f"limits attacker returned {v}" if k == "return" else None)
 starve = _inferlet_attacker("evil-starve", breach_if=lambda k, v: None)
 logs = _inferlet_attacker("evil-logs", breach_if=lambda k, v: None)

@@ -258,9 +258,16 @@ async def _attacked_waves(server: ServeProcess, clients: int, max_tokens: int, w
         await attackers.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the attackers' process is the child reaped meanwhile
     attacker_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    # What the attackers left, once they stopped: their processes end (the sleepers at the wall-time
+    # limit); mallory's saved snapshots keep their pages, by design, within mallory's page quota.
+    deadline = time.monotonic() + 45
+    while (health := await asyncio.to_thread(_health, server.http))["processes"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    left = {"processes_left": int(health["processes"]),
+            "kv_pages_in_use_after": int((await asyncio.to_thread(_metrics, server.http, HOSTILE_TOKENS["honest"]))["pie_kv_pages_in_use"])}
     attacks = json.loads(out) if out.strip() else [{"name": "attackers", "attempts": 0, "breaches": 1,
                                                      "samples": ["the attacker process gave no report"]}]
-    return [{**row, "attacks": attacks, "attacker_cpu_s": attacker_cpu} for row in rows]
+    return [{**row, **left, "attacks": attacks, "attacker_cpu_s": attacker_cpu} for row in rows]
 
 
 async def run_mode(isolation: str, clients: int, max_tokens: int, waves: int, workdir: Path,
@@ -343,8 +350,8 @@ def runner_table(rows: list[dict[str, Any]]) -> str:
 def clean(r: dict[str, Any]) -> bool:
     if r.get("attacked"):  # attackers may still hold their own pages and processes at the wave's end
         return r["errors"] == 0 and r["server_exit_code"] == 0 and not any(a["breaches"] for a in r["attacks"])
-    return (r["errors"] == 0 and r["processes_left"] == 0 and r["kv_pages_in_use_after"] == 0
-            and r["server_exit_code"] == 0)
+    return (r["errors"] == 0 and r["processes_left"] == 0 and (r.get("attacked") or r["kv_pages_in_use_after"] == 0)
+            and r["server_exit_code"] == 0)  # under attack, mallory's snapshots keep pages (within her quota)
 
 
 def hostile_verdict(rows: list[dict[str, Any]]) -> list[str]:
