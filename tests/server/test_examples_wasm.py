@@ -11,7 +11,7 @@ from wasm_helpers import shared_launcher
 
 from pie_core.runtime.launcher import InProcessLauncher
 
-TIMINGS = {"latency_s", "seconds"}  # wall-clock readings inside example values
+TIMINGS = {"latency_s", "seconds", "warm_up_seconds"}  # wall-clock readings inside example values
 
 
 def _scrub(value: Any) -> Any:
