@@ -78,7 +78,8 @@ class Dense:
         self.out_features = int(weight.shape[0])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        # in the weight's dtype: a quantised format's large-batch layers get float32 activations
+        return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
@@ -95,7 +96,8 @@ class PackedDense:
         self.out_features = int(weight.shape[0])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        y = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), self.weight, self.bias, "none", [], "")
+        return y.to(x.dtype)  # q4's large-batch layers get float32 activations (it crashed on them)
 
 
 def dense(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> Linear:

@@ -235,6 +235,17 @@ def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):
         TorchBackend().pie_backend_load_model(spec, random_weights(spec), BackendOptions(dtype="float32", extra={"quant": "q4"}))
 
 
+def test_q4_with_dense_bf16_layers_for_large_batches_runs_a_long_prefill():
+    """quant=q4 alone in bfloat16 gives batches over quant_max_tokens dense bf16 layers, which
+    get q4's float32 activations: a 100-token prefill crashed in oneDNN before they cast."""
+    spec = tiny_spec("qwen2")
+    reqs = [kv_request(np.arange(100) * 11 % 97, list(range(30)), 4)]
+    ref = probe_logits(run(load_torch(spec, random_weights(spec), quant="q4", dtype="float32"), reqs), reqs)[0]
+    bf16 = probe_logits(run(load_torch(spec, random_weights(spec), quant="q4", dtype="bfloat16"), reqs), reqs)[0]
+    assert bf16.shape == ref.shape == (100, spec.vocab_size)
+    assert float(np.corrcoef(ref.ravel(), bf16.ravel())[0, 1]) > 0.95
+
+
 def test_a_q4_model_stays_close_to_float32():
     spec = tiny_spec("qwen2")
     reqs = [kv_request(np.arange(7) * 11 % 128, np.arange(2), 4)]
