@@ -111,7 +111,8 @@ class NodeLlamaCpp:
         return self._ask({"op": "greedy", "ids": [int(i) for i in ids], "tokens": int(n)})["ids"]
 
     def speed(self, prompts: Sequence[Sequence[int]], n: int) -> tuple[float, list[SpeedRun]]:
-        """Greedy ``n`` tokens after each prompt, all prompts as sequences of one context decoded together.
+        """Greedy ``n`` tokens after each prompt: one prompt through node-llama-cpp's own generation
+        loop; several as sequences of one context, a step of all of them per ``llama_decode``.
 
         Returns:
             ``(wall, runs)``: wall seconds from the first prompt token in to the last token out, and

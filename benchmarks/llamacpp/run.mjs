@@ -12,8 +12,9 @@
 //                                                   from the full logits row, and "argmax" of each row
 //   {"op": "greedy", "ids": [...], "tokens": n}     n argmax tokens after ids (EOS not special)
 //   {"op": "speed", "prompts": [[...], ...], "tokens": n}
-//                                                   one sequence per prompt, all in one context,
-//                                                   decoded together; per-token times in seconds
+//                                                   greedy, one sequence per prompt, all in one
+//                                                   context, a step of all of them per batch;
+//                                                   per-token times in seconds from the start
 //   {"op": "quit"}
 //
 // A failed request answers {"error": "..."} and the process goes on.
@@ -106,17 +107,44 @@ async function speed({prompts, tokens}) {
     const longest = Math.max(...prompts.map((p) => p.length));
     const {sequences} = await sequencesOf(prompts.length, contextSizeFor(longest + tokens));
     const start = performance.now();
-    const runs = await Promise.all(prompts.map(async (ids, i) => {
-        const stamps = [], out = [];
-        for await (const token of sequences[i].evaluate(ids, {temperature: 0, yieldEogToken: true})) {
-            stamps.push((performance.now() - start) / 1000);
-            out.push(token);
-            if (out.length === tokens)
-                break;
-        }
-        return {ids: out, stamps};
-    }));
+    const runs = prompts.length === 1
+        ? [await alone(sequences[0], prompts[0], tokens, start)]
+        : await lockstep(sequences, prompts, tokens, start);
     return {runs, wall: (performance.now() - start) / 1000};
+}
+
+// One sequence: evaluate()'s own generation loop, as an application of llama.cpp would run it.
+async function alone(seq, ids, tokens, start) {
+    const stamps = [], out = [];
+    for await (const token of seq.evaluate(ids, {temperature: 0, yieldEogToken: true})) {
+        stamps.push((performance.now() - start) / 1000);
+        out.push(token);
+        if (out.length === tokens)
+            break;
+    }
+    return {ids: out, stamps};
+}
+
+// Several sequences, one step of all of them a batch: every sequence queues its next token in the
+// same tick, so node-llama-cpp decodes them in one llama_decode. (Each running its own evaluate()
+// loop, they queue as their sampling finishes, the batches hold a few sequences each, and sampling
+// runs beside the next decode: on 2 cores 8 sequences decoded 14 tok/s against 31 for one.)
+async function lockstep(sequences, prompts, tokens, start) {
+    const runs = prompts.map(() => ({ids: [], stamps: []}));
+    let inputs = prompts;
+    for (let step = 0; step < tokens; step++) {
+        const results = await Promise.all(sequences.map((seq, i) => seq.controlledEvaluate(
+            inputs[i].map((token, j) => (j === inputs[i].length - 1 ? [token, {generateNext: {token: true}}] : token))
+        )));
+        const now = (performance.now() - start) / 1000;
+        inputs = results.map((result, i) => {
+            const token = result[inputs[i].length - 1].next.token;
+            runs[i].ids.push(token);
+            runs[i].stamps.push(now);
+            return [token];
+        });
+    }
+    return runs;
 }
 
 function info() {
