@@ -10,9 +10,11 @@ equal before the first difference, of ``--tokens``).
     python benchmarks/accuracy.py --only fit,q4                # some of them
     python benchmarks/accuracy.py "mine:quant=q8,quant_max_tokens=0,dtype=float32"   # NAME:KEY=VALUE,...
 
-Paths: ``transformers`` (float32), ``llama.cpp`` (``llama-cpp-python`` when importable, on the
-same GGUF with its own kernels), ``cpu`` (the NumPy backend, float32) and torch backend option sets
-(``pie_backend_torch.options``; ``dtype`` defaults to ``auto``).
+Paths: ``transformers`` (float32), ``llama.cpp`` (on the same GGUF with its own kernels:
+``llama-cpp-python`` when importable, else node-llama-cpp's prebuilt llama.cpp through
+``benchmarks/llamacpp_node.py``, which needs node and npm; the row says which), ``cpu`` (the
+NumPy backend, float32) and torch backend option sets (``pie_backend_torch.options``; ``dtype``
+defaults to ``auto``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from accuracy_kit import (  # noqa: E402
     backend_greedy,
     backend_logits,
     hf_greedy,
+    logprob_perplexity,
     passage_ids,
     perplexity,
     prompt_ids,
@@ -61,14 +64,25 @@ def _parse(arg: str) -> tuple[str, dict[str, Any]]:
 
 
 class Path_:
-    """Logits of a token list in passes of ``size`` tokens, and greedy continuations."""
+    """Perplexity of a token list fed in passes of ``size`` tokens, and greedy continuations; ``label``
+    names what ran when the path's name does not say; ``close`` frees what it holds (a child process)."""
 
-    def __init__(self, logits: Callable[[np.ndarray, int], np.ndarray], greedy: Callable[[list[int], int], list[int]]):
-        self.logits, self.greedy = logits, greedy
+    def __init__(
+        self,
+        perplexity: Callable[[np.ndarray, int], float],
+        greedy: Callable[[list[int], int], list[int]],
+        label: str = "",
+        close: Callable[[], None] = lambda: None,
+    ):
+        self.perplexity, self.greedy, self.label, self.close = perplexity, greedy, label, close
+
+
+def _of_logits(logits: Callable[[np.ndarray, int], np.ndarray]) -> Callable[[np.ndarray, int], float]:
+    return lambda ids, size: perplexity(logits(ids, size), ids)
 
 
 def _backend_path(backend: Any) -> Path_:
-    return Path_(lambda ids, size: backend_logits(backend, ids, size), lambda ids, n: backend_greedy(backend, ids, n))
+    return Path_(_of_logits(lambda ids, size: backend_logits(backend, ids, size)), lambda ids, n: backend_greedy(backend, ids, n))
 
 
 def _torch(source: Any, extra: dict[str, Any]) -> Path_:
@@ -107,14 +121,14 @@ def _transformers(source: Any) -> Path_:
                 rows.append(out.logits[0].float().numpy())
         return np.concatenate(rows)
 
-    return Path_(logits, lambda ids, n: hf_greedy(model, ids, n))
+    return Path_(_of_logits(logits), lambda ids, n: hf_greedy(model, ids, n))
 
 
 def _llama_cpp(source: Any) -> Path_ | None:
     try:
         import llama_cpp
     except ImportError:
-        return None
+        return _node_llama_cpp(source)
     models: dict[int, Any] = {}
 
     def model(batch: int) -> Any:
@@ -140,7 +154,18 @@ def _llama_cpp(source: Any) -> Path_ | None:
                 break
         return out
 
-    return Path_(logits, greedy)
+    return Path_(_of_logits(logits), greedy, "llama-cpp-python, 2 threads")
+
+
+def _node_llama_cpp(source: Any) -> Path_ | None:
+    from llamacpp_node import NodeLlamaCpp, NodeLlamaCppUnavailable
+
+    try:
+        llm = NodeLlamaCpp(source.path)
+    except NodeLlamaCppUnavailable as exc:
+        print(f"llama.cpp: {exc}", file=sys.stderr)
+        return None
+    return Path_(lambda ids, size: logprob_perplexity(llm.logprobs(ids, size)), llm.greedy, llm.label, llm.close)
 
 
 def main(argv: list[str]) -> int:
@@ -162,7 +187,7 @@ def main(argv: list[str]) -> int:
     paths += [(name, (lambda e=extra: _torch(source, e))) for name, extra in map(_parse, args.formats or TORCH_FORMATS)]
 
     ref_path = _transformers(source)
-    ref = {size: perplexity(ref_path.logits(ids, size), ids) for size in (args.pass_size, len(ids))}
+    ref = {size: ref_path.perplexity(ids, size) for size in (args.pass_size, len(ids))}
     ref_greedy = [ref_path.greedy(p, args.tokens) for p in prompts]
     print(f"{len(ids)} passage tokens; transformers float32 perplexity {ref[args.pass_size]:.4f} "
           f"(passes of {args.pass_size}), {ref[len(ids)]:.4f} (one pass)\n")
@@ -179,15 +204,17 @@ def main(argv: list[str]) -> int:
         if path is None:
             print(f"| {name} | not installed | | | | | |")
             continue
-        small = perplexity(path.logits(ids, args.pass_size), ids)
-        whole = perplexity(path.logits(ids, len(ids)), ids)
+        small = path.perplexity(ids, args.pass_size)
+        whole = path.perplexity(ids, len(ids))
         agree = []
         for p, want in zip(prompts, ref_greedy):
             got = path.greedy(p, args.tokens)
             agree.append(next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), args.tokens))
-        print(f"| {name} | {small:.3f} | {small / ref[args.pass_size] - 1:+.2%} | {whole:.3f} | "
+        label = f"{name} ({path.label})" if path.label else name
+        print(f"| {label} | {small:.3f} | {small / ref[args.pass_size] - 1:+.2%} | {whole:.3f} | "
               f"{whole / ref[len(ids)] - 1:+.2%} | {', '.join(map(str, agree))} | {time.perf_counter() - t0:.0f} |",
               flush=True)
+        path.close()
         del path
     return 0
 

@@ -11,10 +11,12 @@ alternately, phase by phase, so that other load on the machine weighs on all ali
 
 Sides (each optional): ``torch`` (the torch backend, ``--dtype``/``--quant``), ``cpu`` (the NumPy
 backend), ``transformers bf16`` and ``transformers fp32`` (``from_pretrained(gguf_file=..., dtype=...)``,
-left-padded ``generate``; ``--transformers-dtypes``), ``llama.cpp`` (``llama-cpp-python`` on the same GGUF, 2 threads;
-skipped with a note when the package is not installed: it batches one sequence per context, so
-only batch 1). transformers and llama.cpp each run in a child process of their own
-(:class:`ChildSide` says why); the engines share this one, each on its own backend thread.
+left-padded ``generate``; ``--transformers-dtypes``), ``llama.cpp`` on the same GGUF, ``--threads``:
+``llama-cpp-python`` when importable (one sequence per context, so only batch 1), else
+node-llama-cpp's prebuilt llama.cpp (``benchmarks/llamacpp_node.py``; the batch-N columns decode
+the N prompts as N sequences of one context); skipped with a note when neither can run.
+transformers and llama.cpp each run in a child process of their own (:class:`ChildSide` says why);
+the engines share this one, each on its own backend thread.
 
 Measured: batch-1 decode tok/s (first to last new token, median of ``--repeats``) and end-to-end
 tok/s; batch-N total tok/s (all new tokens over the wall time, prefill included) and decode-only
@@ -133,6 +135,31 @@ class LlamaCppSide:
             if len(tokens) == n:
                 break
         return Run(prompt_ids, tokens, start, stamps)
+
+
+class NodeLlamaCppSide:
+    """llama.cpp through node-llama-cpp (``benchmarks/llamacpp_node.py``): a node child process already,
+    so no :class:`ChildSide`; stamps are taken in node, from the request's start there."""
+
+    def __init__(self, threads: int) -> None:
+        from llamacpp_node import NodeLlamaCpp, NodeLlamaCppUnavailable
+
+        try:
+            self.llm = NodeLlamaCpp(resolve_model(None).path, threads)
+        except NodeLlamaCppUnavailable as exc:
+            raise ImportError(str(exc)) from exc
+        self.name, self.detail = "llama.cpp", f"{self.llm.label}, own process"
+
+    def batch1(self, prompt: str, prompt_ids: list[int], n: int) -> Run:
+        _, [run] = self.llm.speed([prompt_ids], n)
+        return Run(prompt_ids, run.ids, 0.0, run.stamps)
+
+    def batch(self, prompts: list[str], prompt_ids: list[list[int]], n: int) -> tuple[float, list[list[int]]]:
+        wall, runs = self.llm.speed(prompt_ids, n)
+        return wall, [r.ids for r in runs]
+
+    def close(self) -> None:
+        self.llm.close()
 
 
 _CHILD_SIDES = {"transformers": HFSide, "llama.cpp": LlamaCppSide}
@@ -256,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_llama_cpp:
         skipped["llama.cpp"] = "--skip-llama-cpp"
     else:
+        log("loading llama.cpp")
         side = _try(lambda: ChildSide("llama.cpp", args.threads), skipped, "llama.cpp")
+        if side is None:
+            why = skipped.pop("llama.cpp")
+            side = _try(lambda: NodeLlamaCppSide(args.threads), skipped, "llama.cpp")
+            if side is None:
+                skipped["llama.cpp"] = f"llama-cpp-python {why}; node-llama-cpp {skipped['llama.cpp']}"
         if side is not None:
             sides.append(side)
 

@@ -20,6 +20,7 @@ __all__ = [
     "PROMPTS",
     "passage_ids",
     "perplexity",
+    "logprob_perplexity",
     "backend_logits",
     "backend_greedy",
     "hf_logits",
@@ -58,7 +59,13 @@ def perplexity(logits: np.ndarray, ids: Sequence[int]) -> float:
     x = np.asarray(logits, dtype=np.float64)[:-1]
     x = x - x.max(axis=1, keepdims=True)
     logp = x - np.log(np.exp(x).sum(axis=1, keepdims=True))
-    return float(np.exp(-logp[np.arange(len(x)), np.asarray(ids[1:])].mean()))
+    return logprob_perplexity(logp[np.arange(len(x)), np.asarray(ids[1:])])
+
+
+def logprob_perplexity(logprobs: np.ndarray) -> float:
+    """exp of the mean negative log-likelihood, from each next token's log-probability (float64), for
+    paths that hand back those rather than logits rows (llama.cpp through node-llama-cpp)."""
+    return float(np.exp(-np.asarray(logprobs, dtype=np.float64).mean()))
 
 
 def backend_logits(backend: Any, ids: np.ndarray, pass_size: int, first_page: int = 0) -> np.ndarray:
