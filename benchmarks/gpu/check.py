@@ -110,6 +110,8 @@ def _child(name: str, settings: Settings, work: Path, env: dict[str, str], log) 
         rc, status = None, "stopped"
     record = json.loads(result_path.read_text()) if result_path.is_file() else {"facts": {}, "tables": [], "checks": []}
     error = record["facts"].get("error")
+    if status == "ok" and record["facts"].get("stopped"):
+        status, error = "stopped", "ran out of time before: " + "; ".join(record["facts"]["stopped"])
     if status == "failed" and error is None:
         error = f"exit status {rc} (a crash?): see check.log"
     if status == "stopped":

@@ -65,6 +65,7 @@ def _one(settings: Settings, record: Record, runs, failures, name: str, backend:
             status = "passed" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
         except subprocess.TimeoutExpired:
             status = "stopped at the phase's deadline"
+            record.stopped(f"conformance {name} cut short")
     seconds = time.perf_counter() - start
     text = log_path.read_text(errors="replace")
     if report.is_file():
@@ -89,7 +90,7 @@ def run(settings: Settings, record: Record) -> None:
     failures = record.table(f"failed cases (first {_FAILED_SHOWN})", ["run", "case", "reason"])
     for dtype in settings.sizes.conformance_dtypes:
         if settings.left() < 5:
-            record.put(f"skipped_torch_{dtype}", "no time left in the phase")
+            record.stopped(f"conformance torch {dtype} not run")
             continue
         _one(settings, record, runs, failures, f"torch-{settings.device}-{dtype}", "torch", dtype, [])
     try:
@@ -105,7 +106,7 @@ def run(settings: Settings, record: Record) -> None:
                                        f"on this {settings.device} run (available: {available})")
     for provider in usable:
         if settings.left() < 5:
-            record.put(f"skipped_tensorrt_{provider}", "no time left in the phase")
+            record.stopped(f"conformance tensorrt {provider} not run")
             continue
         # the GPU graph is float16 (the backend offers no bfloat16)
         _one(settings, record, runs, failures, f"tensorrt-{provider}", "tensorrt", "float16", [f"provider={provider}"])

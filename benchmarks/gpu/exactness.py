@@ -114,7 +114,7 @@ def run(settings: Settings, record: Record) -> None:
 
     for dtype in ("float32", "bfloat16"):
         if settings.left() < 5:
-            record.put(f"skipped_{dtype}", "no time left in the phase")
+            record.stopped(f"torch backend {dtype} not compared")
             continue
         backend = _load_backend(source, dev, dtype)
         record.put(f"capabilities_{dtype}", {"dtype": backend.pie_backend_capabilities().dtype,

@@ -52,6 +52,11 @@ class Record:
         self.data["checks"].append({"name": name, "ok": None if ok is None else bool(ok), "detail": str(detail)})
         self.save()
 
+    def stopped(self, what: str) -> None:
+        """Note work left undone for lack of time: the phase then counts as stopped, not ok."""
+        self.data["facts"].setdefault("stopped", []).append(what)
+        self.save()
+
     def save(self) -> None:
         if self.path is None:
             return

@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.gpu.record import Record
+from benchmarks.gpu.record import Record, Table
 from benchmarks.gpu.settings import Settings
 from benchmarks.gpu.step_loop import PAGE_SIZE, decode_steps, kv_bytes_per_token, weight_bytes
 
@@ -36,6 +37,15 @@ REPEATS = 2
 _COLUMNS = ["side", "CUDA graphs", "concurrent", "step ms (median)", "decode tok/s", "total tok/s", "note"]
 
 
+@dataclass(slots=True)
+class _Out:
+    """Where the sides write: the phase's record, its throughput table, and the numbers the goals read."""
+
+    record: Record
+    table: Table
+    results: dict = field(default_factory=dict)
+
+
 def _prompts(n: int, tag: str) -> list[str]:
     """``n`` distinct prompts; the tag leads, so no KV page is shared between requests or runs."""
     from benchmarks.decode import PROMPTS
@@ -43,17 +53,17 @@ def _prompts(n: int, tag: str) -> list[str]:
     return [f"[{tag}-{i}] {PROMPTS[i % len(PROMPTS)]}" for i in range(n)]
 
 
-def _add_rate(table, results: dict, key: tuple, r: int, n: int, prefill: float, wall: float, note: str) -> None:
+def _add_rate(out: _Out, key: tuple, r: int, n: int, prefill: float, wall: float, note: str) -> None:
     """Decode-only tok/s of ``r`` requests of ``n`` new tokens: the tokens after the first over the
     wall time less a prefill-only run's (None when the difference is not positive: noise won)."""
     side, graphs = key[0], (key[1] if len(key) == 3 else "—")
     note += f"best of {REPEATS}: wall {wall:.3g} s, prefill-only {prefill:.3g} s"
     if wall <= prefill:
-        table.add(side, graphs, r, None, None, r * n / wall, note + " (no decode time left: too few tokens)")
+        out.table.add(side, graphs, r, None, None, r * n / wall, note + " (no decode time left: too few tokens)")
         return
     decode = r * (n - 1) / (wall - prefill)
-    results[key] = {"tps": decode}
-    table.add(side, graphs, r, 1e3 * r / decode, decode, r * n / wall, note)
+    out.results[key] = {"tps": decode}
+    out.table.add(side, graphs, r, 1e3 * r / decode, decode, r * n / wall, note)
 
 
 def _free(device: str) -> None:
@@ -64,7 +74,7 @@ def _free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _backend_steps(settings: Settings, source, graphs: bool, table, results: dict) -> None:
+def _backend_steps(settings: Settings, source, graphs: bool, out: _Out) -> None:
     from pie_backend_torch import TorchBackend
     from pie_core.hookspec import BackendOptions
 
@@ -76,17 +86,18 @@ def _backend_steps(settings: Settings, source, graphs: bool, table, results: dic
         host_pages=4, extra={"cuda_graphs": graphs}))
     for r in s.concurrency:
         if settings.left() < 3:
-            table.add("backend step", graphs, r, None, None, None, "stopped: phase deadline")
+            out.table.add("backend step", graphs, r, None, None, None, "stopped: phase deadline")
+            out.record.stopped(f"backend step at {r}, graphs {graphs}")
             continue
         m = decode_steps(backend, source.spec.vocab_size, r, s.step_prompt, s.step_warmup, s.step_decode)
-        results[("backend", graphs, r)] = m
-        table.add("backend step", graphs, r, m["step_ms"], m["tps"], None,
+        out.results[("backend", graphs, r)] = m
+        out.table.add("backend step", graphs, r, m["step_ms"], m["tps"], None,
                   f"min {m['step_ms_min']:.3g} ms; prefill of {r}x{s.step_prompt} {m['prefill_ms']:.3g} ms")
     del backend
     _free(settings.device)
 
 
-def _engine(settings: Settings, graphs: bool, table, results: dict) -> list[list[int]]:
+def _engine(settings: Settings, graphs: bool, out: _Out) -> list[list[int]]:
     from benchmarks.decode import engine_batch1, engine_concurrent
     from pie_core.engine.engine import Engine
     from pie_core.hookspec import BackendOptions
@@ -99,19 +110,20 @@ def _engine(settings: Settings, graphs: bool, table, results: dict) -> list[list
     try:
         for r in s.concurrency:
             if settings.left() < 3:
-                table.add("engine", graphs, r, None, None, None, "stopped: phase deadline")
+                out.table.add("engine", graphs, r, None, None, None, "stopped: phase deadline")
+                out.record.stopped(f"engine at {r}, graphs {graphs}")
                 continue
             _, warm = engine_concurrent(engine, _prompts(r, "warm"), 3)  # compiles, captures this size's graphs
             if len(warm) > len(prompt_ids):
                 prompt_ids = [w["prompt"] for w in warm]
             if r == 1:
                 run = engine_batch1(engine, _prompts(1, "one")[0], n)
-                results[("engine", graphs, 1)] = {"tps": run.decode_tps}
-                table.add("engine", graphs, 1, 1e3 / run.decode_tps, run.decode_tps, run.e2e_tps, "one inferlet")
+                out.results[("engine", graphs, 1)] = {"tps": run.decode_tps}
+                out.table.add("engine", graphs, 1, 1e3 / run.decode_tps, run.decode_tps, run.e2e_tps, "one inferlet")
                 continue
             prefill = min(engine_concurrent(engine, _prompts(r, f"p{k}"), 1)[0] for k in range(REPEATS))
             wall = min(engine_concurrent(engine, _prompts(r, f"n{k}"), n)[0] for k in range(REPEATS))
-            _add_rate(table, results, ("engine", graphs, r), r, n, prefill, wall, "")
+            _add_rate(out, ("engine", graphs, r), r, n, prefill, wall, "")
         if not engine.pools_whole():
             raise RuntimeError("the engine leaked KV pages")
     finally:
@@ -121,7 +133,7 @@ def _engine(settings: Settings, graphs: bool, table, results: dict) -> list[list
     return prompt_ids
 
 
-def _transformers(settings: Settings, prompt_ids: list[list[int]], table, results: dict) -> None:
+def _transformers(settings: Settings, prompt_ids: list[list[int]], out: _Out) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -149,7 +161,8 @@ def _transformers(settings: Settings, prompt_ids: list[list[int]], table, result
 
     for r in settings.sizes.concurrency:
         if settings.left() < 3:
-            table.add("transformers", "—", r, None, None, None, "stopped: phase deadline")
+            out.table.add("transformers", "—", r, None, None, None, "stopped: phase deadline")
+            out.record.stopped(f"transformers at {r}")
             continue
         prompts = [prompt_ids[i % len(prompt_ids)] for i in range(r)]
         generate(prompts, 3)  # warm-up
@@ -158,12 +171,12 @@ def _transformers(settings: Settings, prompt_ids: list[list[int]], table, result
             start = time.perf_counter()
             generate(prompts, n, stamps)
             run = Run(prompts[0], [0] * n, start, stamps.stamps)
-            results[("transformers", 1)] = {"tps": run.decode_tps}
-            table.add("transformers", "—", 1, 1e3 / run.decode_tps, run.decode_tps, run.e2e_tps, f"{settings.dtype}, generate")
+            out.results[("transformers", 1)] = {"tps": run.decode_tps}
+            out.table.add("transformers", "—", 1, 1e3 / run.decode_tps, run.decode_tps, run.e2e_tps, f"{settings.dtype}, generate")
             continue
         prefill = min(generate(prompts, 1) for _ in range(REPEATS))
         wall = min(generate(prompts, n) for _ in range(REPEATS))
-        _add_rate(table, results, ("transformers", r), r, n, prefill, wall, f"{settings.dtype}, generate; ")
+        _add_rate(out, ("transformers", r), r, n, prefill, wall, f"{settings.dtype}, generate; ")
     del model
     _free(dev)
 
@@ -221,20 +234,21 @@ def run(settings: Settings, record: Record) -> None:
     record.put("hbm_floor", {"weight_bytes": wbytes, "kv_bytes_per_token": kv_bytes_per_token(source.spec, element),
                              "bandwidth_tbps": bandwidth / 1e12, "source": settings.extra["hbm_bandwidth"]["source"],
                              "floor_ms": floor_ms, "floor_tps_batch1": 1e3 / floor_ms})
-    table = record.table(f"decode throughput ({settings.dtype}, {settings.sizes.new_tokens} new tokens a request)", _COLUMNS)
-    results: dict = {}
+    out = _Out(record, record.table(f"decode throughput ({settings.dtype}, {settings.sizes.new_tokens} new tokens a request)", _COLUMNS))
     prompt_ids = _chat_ids(source, _prompts(max(settings.sizes.concurrency), "warm"))
-    for i, graphs in enumerate((True, False) if settings.device == "cuda" else (False,)):
+    graph_settings = (True, False) if settings.device == "cuda" else (False,)
+    n_settings = len(graph_settings)
+    for i, graphs in enumerate(graph_settings):
         label = f"graphs {'on' if graphs else 'off'}"
         if settings.left() >= 5:
-            _guarded(record, f"backend step, {label}", lambda: _backend_steps(settings, source, graphs, table, results))
+            _guarded(record, f"backend step, {label}", lambda: _backend_steps(settings, source, graphs, out))
         if settings.left() >= 5:
-            got = _guarded(record, f"engine, {label}", lambda: _engine(settings, graphs, table, results))
+            got = _guarded(record, f"engine, {label}", lambda: _engine(settings, graphs, out))
             prompt_ids = got or prompt_ids
         if i == 0:
             if settings.left() >= 5:
-                _guarded(record, "transformers", lambda: _transformers(settings, prompt_ids, table, results))
-            _goals(settings, record, results, floor_ms)
-        if settings.left() < 5:
-            record.put("stopped", f"phase deadline reached ({label})")
+                _guarded(record, "transformers", lambda: _transformers(settings, prompt_ids, out))
+            _goals(settings, record, out.results, floor_ms)
+        if settings.left() < 5 and i + 1 < n_settings:
+            out.record.stopped("the graphs-off sides")
             break
