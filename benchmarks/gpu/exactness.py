@@ -7,8 +7,10 @@
   transformers' own bf16 error: the backend's mean |Δ| to float32 must stay within twice
   transformers bf16's (a yardstick that does not depend on the random model's logit scale).
 * Greedy tokens (``greedy_tokens`` on each of the accuracy kit's three chat prompts): the
-  backend's float32 must give transformers float32's tokens exactly; its bfloat16 prefix is
-  reported beside transformers bf16's own, as information.
+  backend's float32 must give transformers float32's tokens, parting from them only where
+  transformers' own logits of the two tokens tie within the float32 tolerance (random weights make
+  near-ties likely over 144 steps); its bfloat16 prefix is reported beside transformers bf16's
+  own, as information.
 
 The backend is driven through its hooks (``tests/backends/accuracy_kit.py``), one request a pass.
 """
@@ -94,10 +96,13 @@ def run(settings: Settings, record: Record) -> None:
 
     ref: dict[str, np.ndarray] = {}
     ref_greedy: dict[str, list[list[int]]] = {}
+    hf32 = None  # kept: it judges where greedy tokens part (a tie within tolerance, or an error)
     for dtype in ("float32", "bfloat16"):
         hf = _hf(settings.model_dir, dev, dtype)
         ref[dtype] = hf_logits(hf, ids.tolist())
         ref_greedy[dtype] = [hf_greedy(hf, p, n) for p in prompts]
+        if dtype == "float32":
+            hf32 = hf
         del hf
         _free(dev)
     record.put("logit_scale", {"std": float(ref["float32"].std()), "max_abs": float(np.abs(ref["float32"]).max())})
@@ -139,10 +144,24 @@ def run(settings: Settings, record: Record) -> None:
         prefix = [common_prefix(a, b) for a, b in zip(greedy, ref_greedy["float32"])]
         greedy_table.add(f"torch {dtype}", prefix, prefix == [n] * len(prompts))
         if dtype == "float32":
-            record.check(f"float32 greedy tokens equal transformers float32 ({n} x {len(prompts)})",
-                         prefix == [n] * len(prompts), f"common prefixes {prefix}")
+            margins = [_tie_margin(hf32, p, r, g, k) for p, r, g, k in zip(prompts, ref_greedy["float32"], greedy, prefix)
+                       if k < n]
+            ties = all(m <= tol for m, tol in margins)
+            record.check(f"float32 greedy tokens equal transformers float32 ({n} x {len(prompts)}), or part at a tie",
+                         prefix == [n] * len(prompts) or ties,
+                         f"common prefixes {prefix}" + "".join(
+                             f"; parted where transformers' top logit leads ours by {m:.3g} (tolerance {t:.3g})"
+                             for m, t in margins))
         del backend
         _free(dev)
+
+
+def _tie_margin(hf32, prompt: list[int], theirs: list[int], ours: list[int], k: int) -> tuple[float, float]:
+    """Where the greedy tokens first part (step ``k``): how far transformers float32's logit of its
+    token leads its logit of ours, and the float32 tolerance there (a lead within it is a tie)."""
+    row = hf_logits(hf32, list(prompt) + theirs[:k])[-1]
+    lead = float(row[theirs[k]] - row[ours[k]])
+    return lead, FLOAT32_ATOL + FLOAT32_RTOL * abs(float(row[theirs[k]]))
 
 
 def _top1(a: np.ndarray, b: np.ndarray) -> float:
