@@ -96,10 +96,11 @@ def backend_greedy(backend: Any, ids: Sequence[int], steps: int) -> list[int]:
 
 
 def hf_logits(model: Any, ids: Sequence[int]) -> np.ndarray:
+    """float32 ``[len(ids), vocab]`` logits of one pass, on the model's own device."""
     import torch
 
     with torch.no_grad():
-        return model(torch.tensor([list(ids)])).logits[0].float().numpy()
+        return model(torch.tensor([list(ids)], device=model.device)).logits[0].float().cpu().numpy()
 
 
 def hf_greedy(model: Any, ids: Sequence[int], steps: int) -> list[int]:
@@ -111,7 +112,7 @@ def hf_greedy(model: Any, ids: Sequence[int], steps: int) -> list[int]:
     past, chunk = None, list(ids)
     with torch.no_grad():
         for _ in range(steps):
-            res = model(torch.tensor([chunk]), past_key_values=past, use_cache=True)
+            res = model(torch.tensor([chunk], device=model.device), past_key_values=past, use_cache=True)
             past = res.past_key_values
             out.append(int(res.logits[0, -1].argmax()))
             chunk = [out[-1]]

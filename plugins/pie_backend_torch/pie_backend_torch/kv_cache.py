@@ -168,10 +168,13 @@ class KvCache:
             return
         si = torch.from_numpy(s).to(source.k.device)
         di = torch.from_numpy(d).to(target.k.device)
-        # index_select copies first, so overlapping sources and destinations are safe.
+        # index_select copies first, so overlapping sources and destinations are safe. A copy to the
+        # host blocks: index_copy_ reads it on the CPU at once, and an asynchronous device-to-host
+        # copy may not have landed by then (copies to the device are ordered on the stream).
         dev = target.k.device
-        target.k.index_copy_(2, di, source.k.index_select(2, si).to(dev, non_blocking=True))
-        target.v.index_copy_(2, di, source.v.index_select(2, si).to(dev, non_blocking=True))
+        non_blocking = dev.type != "cpu"
+        target.k.index_copy_(2, di, source.k.index_select(2, si).to(dev, non_blocking=non_blocking))
+        target.v.index_copy_(2, di, source.v.index_select(2, si).to(dev, non_blocking=non_blocking))
         if target is self.device:
             moved = self.positions[s] if source is self.device else source.pos.numpy()[s]
             self.positions[d] = moved
@@ -179,5 +182,3 @@ class KvCache:
                 target.pos[di] = torch.from_numpy(moved).to(dev)
         else:
             target.pos[di] = torch.from_numpy(self.positions[s])
-        if dev.type == "cpu" and source.k.device.type == "cuda":
-            torch.cuda.synchronize(source.k.device)
