@@ -43,6 +43,15 @@ async def main(input):
         done = await asyncio.gather(*first, return_exceptions=True)
         again = await asyncio.gather(*[attempt(plan["self"], nap) for _ in range(plan["again"])])
         return {"first": [d if isinstance(d, list) else ["cancelled", ""] for d in done], "again": again}
+    if mode == "cancel":  # a child given up on is over in the engine when the cancellation lands
+        long = asyncio.ensure_future(attempt(plan["self"], {"plan": json.dumps({"mode": "nap", "seconds": 60})}))
+        await asyncio.sleep(1)
+        long.cancel()
+        try:
+            await long
+        except asyncio.CancelledError:
+            pass
+        return await attempt(plan["self"], {"plan": json.dumps({"mode": "nap", "seconds": 0})})
     raise ValueError(mode)
 '''
 PLAN = 'plan = { type = "string" }'
@@ -116,3 +125,16 @@ def test_running_children_are_capped_and_counted_exactly_through_failures_and_ca
         await victim_is_served(s)
 
     hostile(scenario, quotas=Quotas(processes=3))
+
+
+def test_a_cancelled_spawn_has_ended_in_the_engine_when_the_cancellation_lands(hostile, tmp_path: Path) -> None:
+    """The worker's cancelled host call is cancelled in the engine too, and awaited there: the
+    cancelled child no longer counts against the quota the moment the inferlet goes on."""
+    async def scenario(s: Served) -> None:
+        async with await connect(s.url, s.tokens["mallory"]) as mallory:
+            me = await mallory.install(_spawner(tmp_path / "m"))
+            result = await (await mallory.launch(me, _plan(mode="cancel", self=me))).wait()
+        assert result == ["ok", "napped"], result
+        await victim_is_served(s)
+
+    hostile(scenario, quotas=Quotas(processes=1))

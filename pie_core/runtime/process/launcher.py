@@ -220,8 +220,9 @@ class _Session:
                 await asyncio.wait(tasks)
 
     def dispatch(self, msg: Any, on_started: Callable[[], None]) -> Event | None:
-        """Check one message and act on it: ``["call", id, module, name, args]``, ``["tell",
-        module, name, args]`` (a one-way call: no reply),
+        """Check one message and act on it: ``["call", id, module, name, args]``, ``["cancel", id]``
+        (the worker no longer awaits that call: it is cancelled here too, and its reply says so),
+        ``["tell", module, name, args]`` (a one-way call: no reply),
         ``["print", "stdout"|"stderr", text]``, ``["started", abi]`` (once) or ``["done",
         "return"|"error", value]``, which ends the session with that event. Handles are opaque:
         a worker reaches an engine object only by passing it to a host function.
@@ -230,10 +231,15 @@ class _Session:
             ProtocolError: Anything else, or an undeclared call.
         """
         op = msg[0] if isinstance(msg, list) and msg else None
-        fields = {"call": 5, "tell": 4, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
+        fields = {"call": 5, "cancel": 2, "tell": 4, "print": 3, "started": 2, "done": 3}.get(op) if isinstance(op, str) else None
         if fields is None or len(msg) != fields:
-            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, tell, print, started or "
-                                "done, each with its fields")
+            raise ProtocolError(f"unknown message {str(msg)[:120]}; a worker sends call, cancel, tell, print, started "
+                                "or done, each with its fields")
+        if op == "cancel":  # the inferlet stopped awaiting call msg[1]; one that already ended is no error
+            call = self.calls.get(msg[1]) if type(msg[1]) is int else None
+            if call is not None:
+                call.cancel()
+            return None
         if op == "tell":
             self._tell(*msg[1:])
             return None

@@ -198,8 +198,8 @@ class _Link:
         finally:
             os._exit(1)
 
-    def _request(self, op: str, args: tuple[Any, ...], settle: Callable[[bool, Any], None]) -> None:
-        """Send call ``op``; whoever reads its reply hands it to ``settle(ok, value)``."""
+    def _request(self, op: str, args: tuple[Any, ...], settle: Callable[[bool, Any], None]) -> int:
+        """Send call ``op``; whoever reads its reply hands it to ``settle(ok, value)``. Its id."""
         rid = next(self._ids)
         self._waiting[rid] = settle
         try:
@@ -207,6 +207,7 @@ class _Link:
         except BaseException:
             del self._waiting[rid]
             raise
+        return rid
 
     def call(self, op: str, *args: Any) -> Any:
         box: list[tuple[bool, Any]] = []
@@ -241,14 +242,27 @@ class _Link:
             except RuntimeError:  # that loop was closed: nobody waits for the reply any more
                 pass
 
-        self._request(op, args, settle)
-        return await fut
+        rid = self._request(op, args, settle)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if not fut.done():  # still open in the engine: cancel it there too, and let it end first
+                self.send(["cancel", rid])  # (its pages, its spawned children), so what it held is back
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), CANCEL_WAIT_S)
+                except BaseException:  # noqa: BLE001 - its outcome is the cancellation's
+                    pass
+            raise
 
     def new_loop(self) -> asyncio.AbstractEventLoop:
         """An event loop that settles this link's replies as they arrive."""
         loop = asyncio.new_event_loop()
         loop.add_reader(self._r, self.pump)
         return loop
+
+
+CANCEL_WAIT_S = 10.0
+"""How long a cancelled call waits for the engine to end its side before the cancellation goes on."""
 
 
 class WireTransport:
