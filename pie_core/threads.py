@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 
 __all__ = ["USER_WORK_NICE", "lower_priority"]
 
@@ -15,10 +14,11 @@ and the backend thread. Linux schedules threads, so it applies to the calling th
 
 def lower_priority() -> None:
     """Raise the calling thread's niceness by :data:`USER_WORK_NICE`, to at most 19 (a
-    ``ThreadPoolExecutor`` initializer); where threads cannot be reniced (not Linux, or not
-    allowed), it keeps the process's priority."""
+    ``ThreadPoolExecutor`` initializer). ``nice(2)`` changes the calling thread alone on Linux and
+    clamps at 19 itself; it needs no permission to lower a priority, where ``setpriority`` on a
+    thread id can be refused by a container's filter. Where it fails, the thread keeps the
+    process's priority."""
     try:
-        me = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + USER_WORK_NICE))
-    except (AttributeError, OSError):
+        os.nice(USER_WORK_NICE)
+    except OSError:
         pass
