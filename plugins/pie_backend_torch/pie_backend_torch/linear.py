@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pie_backend_torch import native
+from pie_backend_torch import native, q5
 from pie_backend_torch.options import cpu_has_bf16
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Int8Dynamic",
     "Q4",
     "Q8",
+    "Q5",
     "fit",
     "layer_tensors",
     "rebuild_layer",
@@ -235,9 +236,11 @@ class Q4:
 class Q8:
     """int8 weights in blocks of 32 inputs with a float16 scale per 16 (``w = q * scale``) times
     activations quantised to int8 per 16 inputs on every call (llama.cpp's Q8_0 x Q8_0 scheme, in
-    half its block size), on the backend's own kernel. Weights dequantised from 5-, 6- and 8-bit GGUF types (Q5_0, Q6_K,
-    Q8_0) are kept (to float16 rounding of each scale). Every row is computed on its own, in the
-    same order whatever the batch: a row's result never depends on the other rows."""
+    half its block size), on the backend's own kernel. Weights dequantised from 6- and 8-bit GGUF
+    types (Q6_K, Q8_0) are kept (to float16 rounding of each scale). Every row is computed on its
+    own, in the same order whatever the batch: a row's result never depends on the other rows."""
+
+    KIND = "q8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         packed, self.exact = native.pack_q8(weight)
@@ -245,16 +248,20 @@ class Q8:
 
     @classmethod
     def from_packed(cls, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None) -> "Q8":
-        """The layer over ``out_features`` rows packed by :func:`pie_backend_torch.native.pack_q8`."""
+        """The layer over ``out_features`` rows packed by this format's packer."""
         layer = cls.__new__(cls)
         layer.exact = float("nan")
-        layer._set(packed, native.q8_in_features(packed.shape[1]), out_features, bias)
+        layer._set(packed, cls._in_features(packed.shape[1]), out_features, bias)
         return layer
+
+    @staticmethod
+    def _in_features(row_bytes: int) -> int:
+        return native.q8_in_features(row_bytes)
 
     def _set(self, packed: torch.Tensor, in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
         if -(-out_features // native.Q4_GROUP) != packed.shape[0]:
-            raise ValueError(f"{packed.shape[0]} packed q8 groups cannot hold {out_features} rows")
-        self.op = native.require_q4().q8_linear
+            raise ValueError(f"{packed.shape[0]} packed {self.KIND} groups cannot hold {out_features} rows")
+        self.op = getattr(native.require_q4(), f"{self.KIND}_linear")
         self.packed = packed
         self.in_features = in_features
         self.out_features = out_features
@@ -262,7 +269,7 @@ class Q8:
 
     def dequantised(self) -> torch.Tensor:
         """The effective float32 ``[out, in]`` weight (for tests)."""
-        return native.unpack_q8(self.packed, self.in_features, self.out_features)
+        return self.rows(torch.arange(self.out_features))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
@@ -272,13 +279,37 @@ class Q8:
         return self.op(x, self.packed, self.out_features, self.bias)
 
 
+class Q5(Q8):
+    """5-bit weights with one float16 scale per 32 inputs (GGUF's Q5_0, kept bit for bit; see
+    :mod:`pie_backend_torch.q5`) on the same int8 activations and arithmetic as :class:`Q8`, whose
+    results it equals bitwise in 0.61 of the weight bytes."""
+
+    KIND = "q5"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None = None) -> None:
+        self.exact = 1.0
+        self._set(q5.pack(weight) if packed is None else packed, int(weight.shape[1]), int(weight.shape[0]), bias)
+
+    @staticmethod
+    def _in_features(row_bytes: int) -> int:
+        return q5.in_features(row_bytes)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
+        return q5.rows(self.packed, self.in_features, ids)
+
+
 def fit(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
     """The narrowest layer that keeps ``weight``'s values: :class:`Q4` where every block of 32
-    inputs lies on 16 evenly spaced levels (4-bit GGUF types), :class:`Q8` where every 16 inputs lie
-    on a symmetric int8 grid (5-, 6-, 8-bit GGUF types), else float32 (F16, BF16, F32 weights)."""
+    inputs lies on 16 evenly spaced levels (4-bit GGUF types), :class:`Q5` where every block of 32
+    is a 5-bit symmetric grid (Q5_0), :class:`Q8` where every 16 inputs lie on a symmetric int8 grid
+    (6-, 8-bit GGUF types), else float32 (F16, BF16, F32 weights)."""
     if weight.device.type == "cpu" and weight.shape[1] % native.Q4_BLOCK == 0:
         if native.holds_q4(weight):
             return Q4(weight, bias)
+        packed = q5.pack_if_held(weight)
+        if packed is not None:
+            return Q5(weight, bias, packed)
         q8 = Q8(weight, bias)
         if q8.exact == 1.0:
             return q8
@@ -461,8 +492,8 @@ def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> di
         out = {"int4": layer.packed, "scales_and_zeros": layer.scales_and_zeros}
     elif isinstance(layer, Q4):
         out = {"q4": layer.packed, "q4_rows": torch.tensor(layer.out_features)}
-    elif isinstance(layer, Q8):
-        out = {"q8": layer.packed, "q8_rows": torch.tensor(layer.out_features)}
+    elif isinstance(layer, Q8):  # and Q5
+        out = {layer.KIND: layer.packed, f"{layer.KIND}_rows": torch.tensor(layer.out_features)}
     elif isinstance(layer, Dense) and layer.weight.dtype == torch.float32:
         out = {"dense32": layer.weight}
     elif isinstance(layer, Int8Dynamic):
@@ -491,6 +522,8 @@ def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_toke
         return Q4.from_packed(tensors["q4"], int(tensors["q4_rows"]), bias)
     if "q8" in tensors:
         return Q8.from_packed(tensors["q8"], int(tensors["q8_rows"]), bias)
+    if "q5" in tensors:
+        return Q5.from_packed(tensors["q5"], int(tensors["q5_rows"]), bias)
     if "dense32" in tensors:
         return Dense(tensors["dense32"], bias)
     if "w8a8" in tensors:

@@ -16,7 +16,7 @@ import torch
 import numpy as np
 
 from backend_testkit import kv_request, probe_logits, random_weights, run, tiny_spec
-from pie_backend_torch import TorchBackend, linear, native
+from pie_backend_torch import TorchBackend, linear, native, q5
 from pie_backend_torch.options import resolve_options
 from pie_core.hookspec import BackendOptions
 from torch_testkit import load_torch
@@ -78,7 +78,52 @@ def test_q8_keeps_8_and_5_bit_gguf_weights_bit_for_bit(kind):
     packed, exact = native.pack_q8(w)
     assert exact == 1.0 and torch.equal(native.unpack_q8(packed, 256, 40), w)
     assert not native.holds_q4(w)
-    assert isinstance(linear.fit(w, None), linear.Q8)
+    assert type(linear.fit(w, None)) is (linear.Q8 if kind == "q8_0" else linear.Q5)
+
+
+def _q5_0(rows: int, inp: int, peak_q: int = -16, seed: int = 0) -> torch.Tensor:
+    """Q5_0-dequantised weights: ``q * d``, ``q`` in -16..15, float16 ``d`` of either sign, each block's
+    largest magnitude at ``peak_q`` (-16 as GGUF's reference quantiser; smaller where an importance
+    matrix chose the scale)."""
+    g = torch.Generator().manual_seed(seed)
+    lim = min(16, abs(peak_q))
+    q = torch.randint(-lim + 1, min(15, lim - 1) + 1, (rows, inp // 32, 32), generator=g)
+    q[..., 0] = peak_q
+    sign = torch.where(torch.rand(rows, inp // 32, 1, generator=g) < 0.5, -1.0, 1.0)
+    d = (torch.rand(rows, inp // 32, 1, generator=g) * 0.02 + 1e-3).half().float() * sign
+    return (q * d).reshape(rows, inp)
+
+
+@pytest.mark.parametrize("peak_q", [-16, 15, -9])
+def test_q5_keeps_q5_0_weights_bit_for_bit_in_the_gguf_s_bytes(peak_q):
+    w = _q5_0(40, 256, peak_q)
+    assert q5.holds(w) and not native.holds_q4(w)
+    packed = q5.pack(w)
+    assert packed.shape == (3, 8 * q5.BLOCK_BYTES)  # 22 bytes per 32 weights of a row, as Q5_0
+    assert torch.equal(q5.unpack(packed, 256, 40), w)
+    ids = torch.tensor([39, 0, 17, 17])
+    assert torch.equal(q5.rows(packed, 256, ids), w[ids])
+
+
+def test_q5_holds_no_8_bit_or_float_weights():
+    assert not q5.holds(_ggml_like("q8_0", 40, 256))
+    assert not q5.holds(torch.randn(40, 256))
+    with pytest.raises(ValueError, match="5-bit"):
+        q5.pack(torch.randn(16, 64))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 32])
+def test_q5_linear_equals_q8_linear_on_the_same_weights_bit_for_bit(rows):
+    w, bias = _q5_0(37, 896, seed=rows), torch.randn(37)  # 3 groups, the last 5 rows wide
+    x = torch.randn(rows, 896) * torch.where(torch.rand(896) < 0.02, 30.0, 1.0)  # a few outlier channels
+    want = ops.q8_linear(x, native.pack_q8(w)[0], 37, bias)
+    assert torch.equal(ops.q5_linear(x, q5.pack(w), 37, bias), want)
+    assert torch.equal(linear.Q5(w, bias)(x), want)
+
+
+def test_q5_linear_refuses_weights_of_another_layout():
+    with pytest.raises(RuntimeError, match="q5_linear: weights must be contiguous uint8"):
+        ops.q5_linear(torch.randn(2, 64), native.pack_q8(torch.randn(16, 64))[0], 16, None)
 
 
 def test_q8_keeps_q6_k_weights_to_float16_rounding_of_their_scales():
@@ -109,13 +154,13 @@ def test_q8_linear_is_the_dequantised_product_with_int8_blocks(rows, inp, out):
     torch.testing.assert_close(ops.q8_linear(x, packed, out, bias).double(), want, atol=1e-4, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", ["q4", "q8"])
+@pytest.mark.parametrize("kernel", ["q4", "q8", "q5"])
 def test_a_row_s_result_does_not_depend_on_the_other_rows(kernel):
     """Bit for bit: alone, in tiles of 4 and their remainders, in a batch of 64."""
     torch.manual_seed(3)
-    w, x = torch.randn(40, 896) / 10, torch.randn(64, 896)
-    packed = native.pack_q4(w) if kernel == "q4" else native.pack_q8(w)[0]
-    op = ops.q4_linear if kernel == "q4" else ops.q8_linear
+    w, x = (_q5_0(40, 896) if kernel == "q5" else torch.randn(40, 896) / 10), torch.randn(64, 896)
+    packed = {"q4": lambda: native.pack_q4(w), "q8": lambda: native.pack_q8(w)[0], "q5": lambda: q5.pack(w)}[kernel]()
+    op = getattr(ops, f"{kernel}_linear")
     full = op(x, packed, 40, None)
     for r in (0, 5, 63):
         for size in (1, 2, 3, 7, 32):
@@ -201,13 +246,15 @@ def test_w8a8_quantise_takes_the_largest_channels_out():
 
 _CHILD = """
 import json, sys, torch
-from pie_backend_torch import native
+from pie_backend_torch import native, q5
 ops = native.ops()
 torch.manual_seed(7)
 w = torch.randn(37, 96) / 10
 x = torch.randn(5, 96)
+w5 = (torch.randint(-16, 16, (37, 3, 32)) * (torch.rand(37, 3, 1) / 50).half().float()).reshape(37, 96)
 print(json.dumps({"why": native.unavailable_reason(), "isa": ops.isa(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist(),
-                  "y8": ops.q8_linear(x, native.pack_q8(w)[0], 37, None).tolist()}))
+                  "y8": ops.q8_linear(x, native.pack_q8(w)[0], 37, None).tolist(),
+                  "y5": ops.q5_linear(x, q5.pack(w5), 37, None).tolist(), "w5": w5.tolist()}))
 """
 
 
@@ -223,6 +270,8 @@ def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
     torch.testing.assert_close(torch.tensor(avx2["y"]), ops.q4_linear(x, native.pack_q4(w), 37, None), atol=1e-5, rtol=1e-6)
     # q8's sums are exact integers and its float steps the same on both paths: bit for bit
     assert torch.equal(torch.tensor(avx2["y8"]), ops.q8_linear(x, native.pack_q8(w)[0], 37, None))
+    w5 = torch.tensor(avx2["w5"])  # q5 likewise, its fifth bits expanded another way on AVX2
+    assert torch.equal(torch.tensor(avx2["y5"]), ops.q5_linear(x, q5.pack(w5), 37, None))
 
 
 def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):

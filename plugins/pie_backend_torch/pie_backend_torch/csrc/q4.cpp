@@ -1,4 +1,4 @@
-// 4-bit (q4) and 8-bit (q8, below) weights times int8 activations on the CPU, and the steps around the w8a8 path's integer
+// 4-bit (q4), 8-bit (q8) and 5-bit (q5, below) weights times int8 activations on the CPU, and the steps around the w8a8 path's integer
 // product, as torch operators (namespace pie_cpu). Built from this file on first use by
 // pie_backend_torch/native.py with -march=native; the vector paths below are chosen by what the
 // compiler was told the CPU has (AVX512-VNNI, AVX-VNNI, plain AVX2).
@@ -353,19 +353,27 @@ void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const fl
 }
 #endif
 
-at::Tensor q8_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), "q8_linear: x must be a 2-D CPU tensor");
+// The tile of one int8-activation format for R rows of x (R = 1..4): group g's nb blocks against
+// x's int8 rows xq (their steps and int sums per 16 inputs), into out[r * ldo + j] for j < width.
+using Tile = void (*)(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+                      float* out, int64_t ldo, int64_t width, const float* bias);
+
+// y = x @ w.T + bias for the formats whose activations are int8 per 16 inputs (q8, q5): x's rows
+// quantised once, then every group of 16 outputs against all rows, 4 rows at a time.
+at::Tensor int8_linear(const char* name, int64_t block_bytes, const Tile (&tiles)[4], const at::Tensor& x_in,
+                       const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), name, ": x must be a 2-D CPU tensor");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock, groups = (N + kGroup - 1) / kGroup;
-  TORCH_CHECK(K % kBlock == 0, "q8_linear: in_features must be a multiple of 32, got ", K);
-  TORCH_CHECK(N > 0, "q8_linear: n must be positive, got ", N);
-  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(0) == groups && w.size(1) == nb * kQ8BlockBytes,
-              "q8_linear: weights must be contiguous uint8 [", groups, ", ", nb * kQ8BlockBytes, "] for in_features ", K,
+  TORCH_CHECK(K % kBlock == 0, name, ": in_features must be a multiple of 32, got ", K);
+  TORCH_CHECK(N > 0, name, ": n must be positive, got ", N);
+  TORCH_CHECK(w.scalar_type() == at::kByte && w.dim() == 2 && w.is_contiguous() && w.size(0) == groups && w.size(1) == nb * block_bytes,
+              name, ": weights must be contiguous uint8 [", groups, ", ", nb * block_bytes, "] for in_features ", K,
               " and out_features ", N, ", got ", w.sizes());
   at::Tensor b32;
   if (bias.has_value()) {
     b32 = bias->to(at::kFloat).contiguous();
-    TORCH_CHECK(b32.numel() == N, "q8_linear: bias must have N elements");
+    TORCH_CHECK(b32.numel() == N, name, ": bias must have N elements");
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
@@ -384,24 +392,151 @@ at::Tensor q8_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      const uint8_t* gp = wp + g * nb * kQ8BlockBytes;
+      const uint8_t* gp = wp + g * nb * block_bytes;
       const int64_t n = g * kGroup, width = std::min(kGroup, N - n);
       const float* bg = bp ? bp + n : nullptr;
-      for (int64_t r = 0; r < M; r += 4) {
-        const int8_t* xr = xqp + r * K;
-        const float* st = sp + r * 2 * nb;
-        const int32_t* su = up + r * 2 * nb;
-        float* o = yp + r * N + n;
-        switch (std::min<int64_t>(4, M - r)) {
-          case 1: q8_tile<1>(gp, nb, xr, K, st, su, o, N, width, bg); break;
-          case 2: q8_tile<2>(gp, nb, xr, K, st, su, o, N, width, bg); break;
-          case 3: q8_tile<3>(gp, nb, xr, K, st, su, o, N, width, bg); break;
-          default: q8_tile<4>(gp, nb, xr, K, st, su, o, N, width, bg); break;
-        }
-      }
+      for (int64_t r = 0; r < M; r += 4)
+        tiles[std::min<int64_t>(4, M - r) - 1](gp, nb, xqp + r * K, K, sp + r * 2 * nb, up + r * 2 * nb, yp + r * N + n, N,
+                                               width, bg);
     }
   });
   return y;
+}
+
+constexpr Tile kQ8Tiles[4] = {&q8_tile<1>, &q8_tile<2>, &q8_tile<3>, &q8_tile<4>};
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+  return int8_linear("q8_linear", kQ8BlockBytes, kQ8Tiles, x, w, N, bias);
+}
+
+// ---- q5: 5-bit weights (GGUF Q5_0 kept bit for bit) times int8 activations per 16 inputs ----
+// Weight format (made by q5.pack): uint8 [ceil(N/16), K/32 * 352]; a group of 16 rows is a run of
+// K/32 blocks of 352 bytes; u = w + 16 in 0..31 (w in -16..15):
+//   256 bytes   4 chunks of 64; byte 4r+t of chunk c holds the low 4 bits of u for row r's input
+//               4c+t (low nibble) and for its input 16+4c+t (high nibble), as q4
+//   64 bytes    8 masks of 64 bits; bit 4r+t of mask c is bit 4 of u for row r's input 4c+t
+//   16 halfs    scale of each row for the block: w_real = w * scale
+// The integer sums are q8's exactly (sum (w + 16) x - 16 sum x), and so is the float arithmetic
+// after them: on the same weights q5 and q8 give bitwise the same results, in 0.61 of the bytes.
+constexpr int kQ5BlockBytes = 352;
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+template <int R>
+void q5_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+             float* out, int64_t ldo, int64_t width, const float* bias) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kQ5BlockBytes;
+    for (int i = 0; i < kQ5BlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kQ5BlockBytes + i), PIE_HINT);
+    __m512i w[8];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(p + 64 * c);
+      w[c] = _mm512_and_si512(v, low4);
+      w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+    for (int c = 0; c < 8; ++c) {
+      uint64_t bits;
+      std::memcpy(&bits, p + 256 + 8 * c, 8);
+      w[c] = _mm512_mask_add_epi8(w[c], _cvtu64_mask64(bits), w[c], bit4);
+    }
+    const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 320)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(four_bytes(xb)));
+      __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(four_bytes(xb + 16)));
+      for (int c = 1; c < 4; ++c) {
+        d0 = _mm512_dpbusd_epi32(d0, w[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
+        d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
+      }
+      const int32_t* is = isum + r * 2 * nb + 2 * b;
+      const float* xs = xstep + r * 2 * nb + 2 * b;
+      d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(16 * is[0]));
+      d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(16 * is[1]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, _mm512_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, _mm512_set1_ps(xs[1])), acc[r]);
+    }
+  }
+  const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
+  const __m512 bv = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + r * ldo, k, _mm512_add_ps(acc[r], bv));
+}
+#else
+// 32 bits of a mask as 32 bytes: 0x10 where the bit is set (byte i: bit i).
+inline __m256i bits_to_16s(uint32_t bits) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i select = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread), select);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(v, select), _mm256_set1_epi8(0x10));
+}
+
+// 16 inputs (4 chunks of u, 0..31) of 8 rows against x's bytes, as int32 sums of u * x.
+inline __m256i q5_dot16(const __m256i* w, const int8_t* xb) {
+#if defined(__AVXVNNI__)
+  __m256i d = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) d = _mm256_dpbusd_avx_epi32(d, w[c], _mm256_set1_epi32(four_bytes(xb + 4 * c)));
+  return d;
+#else
+  // pairs of products to int16, 4 chunks summed there: |sum| <= 8 * 31 * 127 < 2^15
+  __m256i s = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(four_bytes(xb)));
+  for (int c = 1; c < 4; ++c) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w[c], _mm256_set1_epi32(four_bytes(xb + 4 * c))));
+  return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+#endif
+}
+
+template <int R>
+void q5_half(const uint8_t* g, int h, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+             float* out, int64_t ldo, int64_t width, const float* bias) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = g + b * kQ5BlockBytes;
+    if (h == 0)
+      for (int i = 0; i < kQ5BlockBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kQ5BlockBytes + i), PIE_HINT);
+    __m256i w[8];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c + 32 * h));
+      w[c] = _mm256_and_si256(v, low4);
+      w[4 + c] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    }
+    for (int c = 0; c < 8; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, p + 256 + 8 * c + 4 * h, 4);
+      w[c] = _mm256_or_si256(w[c], bits_to_16s(bits));
+    }
+    const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 320 + 16 * h)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xb = xq + r * K + b * kBlock;
+      const int32_t* is = isum + r * 2 * nb + 2 * b;
+      const float* xs = xstep + r * 2 * nb + 2 * b;
+      const __m256i d0 = _mm256_sub_epi32(q5_dot16(w, xb), _mm256_set1_epi32(16 * is[0]));
+      const __m256i d1 = _mm256_sub_epi32(q5_dot16(w + 4, xb + 16), _mm256_set1_epi32(16 * is[1]));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(s, _mm256_set1_ps(xs[0])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(s, _mm256_set1_ps(xs[1])), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float row[8];
+    _mm256_store_ps(row, acc[r]);
+    for (int64_t j = 0; j < width; ++j) out[r * ldo + j] = row[j] + (bias ? bias[j] : 0.0f);
+  }
+}
+
+template <int R>
+void q5_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
+             float* out, int64_t ldo, int64_t width, const float* bias) {
+  q5_half<R>(g, 0, nb, xq, K, xstep, isum, out, ldo, std::min<int64_t>(width, 8), bias);
+  if (width > 8) q5_half<R>(g, 1, nb, xq, K, xstep, isum, out + 8, ldo, width - 8, bias ? bias + 8 : nullptr);
+}
+#endif
+
+constexpr Tile kQ5Tiles[4] = {&q5_tile<1>, &q5_tile<2>, &q5_tile<3>, &q5_tile<4>};
+
+at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+  return int8_linear("q5_linear", kQ5BlockBytes, kQ5Tiles, x, w, N, bias);
 }
 
 
@@ -534,6 +669,7 @@ TORCH_LIBRARY(pie_cpu, m) {
   m.def("isa() -> str");
   m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
+  m.def("q5_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
   m.def("w8a8_quantise(Tensor x, int count) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("w8a8_finish(Tensor acc, Tensor step, Tensor scale, Tensor wide, Tensor kept, Tensor? bias) -> Tensor");
 }
@@ -543,6 +679,7 @@ TORCH_LIBRARY_IMPL(pie_cpu, CatchAll, m) { m.impl("isa", &isa); }
 TORCH_LIBRARY_IMPL(pie_cpu, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("q8_linear", &q8_linear);
+  m.impl("q5_linear", &q5_linear);
   m.impl("w8a8_quantise", &w8a8_quantise);
   m.impl("w8a8_finish", &w8a8_finish);
 }
