@@ -38,6 +38,8 @@ __all__ = [
     "Q8",
     "Q5",
     "fit",
+    "refine",
+    "int8_blocks",
     "layer_tensors",
     "rebuild_layer",
 ]
@@ -194,11 +196,45 @@ class Int4:
         return y if self.bias is None else y + self.bias
 
 
-class Q4:
+def int8_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    """float32 ``x`` ``[rows, in]`` as the native kernels quantise it: each ``block`` inputs of a row
+    on a symmetric int8 grid of step ``peak / 127``, rounded half to even (the same float32 steps)."""
+    b = x.reshape(x.shape[0], -1, block)
+    step = b.abs().amax(dim=-1, keepdim=True) / 127.0
+    inv = torch.where(step > 0, 1.0 / step, torch.zeros_like(step))
+    return (torch.round(b * inv) * step).reshape(x.shape)
+
+
+class _TwoSteps:
+    """For the native int8-activation layers: ``fine`` layers take their activations in two int8
+    steps, the row's blocks and then the blocks of what those missed (about 15 bits), as one call
+    of twice the rows whose halves are summed: a row's result still depends on that row alone.
+    The default model's loss against float32 is nearly all in the attention's input projection
+    (docs/performance.md), where this costs ~6% of a step's multiply work."""
+
+    ACT_BLOCK = 16
+    fine = False
+    op: Callable[..., torch.Tensor]
+    packed: torch.Tensor
+    out_features: int
+    bias: torch.Tensor | None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.fine:
+            return self.op(x, self.packed, self.out_features, self.bias)
+        x = x.float()
+        both = self.op(torch.cat([x, x - int8_blocks(x, self.ACT_BLOCK)]), self.packed, self.out_features, None)
+        y = both[: x.shape[0]] + both[x.shape[0] :]
+        return y if self.bias is None else y + self.bias
+
+
+class Q4(_TwoSteps):
     """4-bit weights in blocks of 32 inputs (``w = q * scale + low``, float16 scale and low) times
     activations quantised to int8 per block of 32 on every call, on the backend's own kernel
     (:func:`pie_backend_torch.native.ops`; VNNI or AVX2 integer dot products). float32 in and out:
     the per-block activation scale needs no outlier split."""
+
+    ACT_BLOCK = 32
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self._set(native.pack_q4(weight), int(weight.shape[1]), int(weight.shape[0]), bias)
@@ -229,11 +265,8 @@ class Q4:
         w = native.unpack_q4(groups, self.in_features, groups.shape[0] * native.Q4_GROUP)
         return w.reshape(-1, native.Q4_GROUP, self.in_features)[torch.arange(len(ids)), ids % native.Q4_GROUP]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(x, self.packed, self.out_features, self.bias)
 
-
-class Q8:
+class Q8(_TwoSteps):
     """int8 weights in blocks of 32 inputs with a float16 scale per 16 (``w = q * scale``) times
     activations quantised to int8 per 16 inputs on every call (llama.cpp's Q8_0 x Q8_0 scheme, in
     half its block size), on the backend's own kernel. Weights dequantised from 6- and 8-bit GGUF
@@ -275,9 +308,6 @@ class Q8:
         """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
         return native.q8_rows(self.packed, self.in_features, ids)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.op(x, self.packed, self.out_features, self.bias)
-
 
 class Q5(Q8):
     """5-bit weights with one float16 scale per 32 inputs (GGUF's Q5_0, kept bit for bit; see
@@ -297,6 +327,14 @@ class Q5(Q8):
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """float32 ``[len(ids), in]``: the weight rows ``ids`` (a tied embedding's lookup)."""
         return q5.rows(self.packed, self.in_features, ids)
+
+
+def refine(layer: Linear) -> Linear:
+    """``layer`` with two-step int8 activations where it is a native int8-activation layer
+    (:class:`_TwoSteps`), else as it is."""
+    if isinstance(layer, _TwoSteps):
+        layer.fine = True
+    return layer
 
 
 def fit(weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:

@@ -304,3 +304,26 @@ def test_a_q4_model_stays_close_to_float32():
     corr = float(np.corrcoef(ref.ravel(), q4.ravel())[0, 1])
     assert corr > 0.95, corr
     assert (q4.argmax(axis=-1) == ref.argmax(axis=-1)).mean() >= 0.8
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8", "q5"])
+def test_two_step_activations_come_within_a_hundredth_of_the_one_step_error(kind):
+    """``refine``: a layer's activations in two int8 steps (the blocks, then what they missed) give
+    nearly the float product of its weights; a row's result still depends on that row alone."""
+    w = _q5_0(40, 896) if kind == "q5" else torch.randn(40, 896) / 10
+    make = {"q4": linear.Q4, "q8": linear.Q8, "q5": linear.Q5}[kind]
+    plain, fine = make(w, torch.randn(40)), linear.refine(make(w, torch.randn(40)))
+    fine.bias = plain.bias
+    x = torch.randn(33, 896) * torch.where(torch.rand(896) < 0.02, 30.0, 1.0)
+    exact = x.double() @ plain.dequantised().double().T + plain.bias.double()
+    one, two = (plain(x).double() - exact).abs().max(), (fine(x).double() - exact).abs().max()
+    assert two < one / 100, (float(one), float(two))
+    y = fine(x)
+    for r, size in ((0, 1), (7, 4), (32, 5)):
+        start = max(0, min(r - size // 2, 33 - size))
+        assert torch.equal(fine(x[start : start + size])[r - start], y[r])
+
+
+def test_refine_leaves_layers_without_int8_activations_alone():
+    dense = linear.fit(torch.randn(16, 64), None)
+    assert linear.refine(dense) is dense and not getattr(dense, "fine", False)

@@ -33,16 +33,16 @@ def test_default_greedy_tokens_equal_transformers_fp32(default_torch, hf_model, 
     assert ours == ref, f"diverges at token {first}: ours {source.tokenizer.decode(ours)!r}, transformers {source.tokenizer.decode(ref)!r}"
 
 
-def test_default_perplexity_stays_near_float32(default_torch, hf_model):
-    """Issue 35's goal is +0.2% (llama.cpp: +0.10% on the issue's passage). Measured here on an
-    AVX512-VNNI EPYC (2026-11-26, docs/performance.md): +0.30% in one pass, +0.21% in passes of 8,
-    the int8 activation steps being all of it (float activations over the same weights: +0.01%);
-    the goal is not met yet. The bound catches a format less precise than the GGUF."""
+@pytest.mark.parametrize("pass_size", [8, None])
+def test_default_perplexity_is_within_0_2_percent_of_float32(default_torch, hf_model, pass_size):
+    """Issue 35's goal: +0.2% of transformers float32, in passes of 8 (decode formats) and in one
+    pass. Measured (docs/performance.md): -0.14% and -0.12% with the attention input's two-step
+    activations, +0.12..+0.33% (by pass size) without them: the one-pass case fails without them."""
     source, backend = default_torch
     ids = passage_ids(source.tokenizer)
     ref = perplexity(hf_logits(hf_model, ids), ids)
-    ours = perplexity(backend_logits(backend, ids, len(ids)), ids)
-    assert ours <= ref * 1.005, f"perplexity {ours:.3f} vs transformers float32 {ref:.3f} ({ours / ref - 1:+.2%})"
+    ours = perplexity(backend_logits(backend, ids, pass_size or len(ids)), ids)
+    assert ours <= ref * 1.002, f"perplexity {ours:.3f} vs transformers float32 {ref:.3f} ({ours / ref - 1:+.2%})"
 
 
 def _neighbours(backend, ids: np.ndarray, count: int, seed: int) -> list:
