@@ -39,7 +39,6 @@ __all__ = [
     "Q5",
     "fit",
     "refine",
-    "int8_blocks",
     "layer_tensors",
     "rebuild_layer",
 ]
@@ -196,23 +195,15 @@ class Int4:
         return y if self.bias is None else y + self.bias
 
 
-def int8_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
-    """float32 ``x`` ``[rows, in]`` as the native kernels quantise it: each ``block`` inputs of a row
-    on a symmetric int8 grid of step ``peak / 127``, rounded half to even (the same float32 steps)."""
-    b = x.reshape(x.shape[0], -1, block)
-    step = b.abs().amax(dim=-1, keepdim=True) / 127.0
-    inv = torch.where(step > 0, 1.0 / step, torch.zeros_like(step))
-    return (torch.round(b * inv) * step).reshape(x.shape)
-
-
 class _TwoSteps:
-    """For the native int8-activation layers: ``fine`` layers take their activations in two int8
-    steps, the row's blocks and then the blocks of what those missed (about 15 bits), as one call
-    of twice the rows whose halves are summed: a row's result still depends on that row alone.
-    The default model's loss against float32 is nearly all in the attention's input projection
-    (docs/performance.md), where this costs ~6% of a step's multiply work."""
+    """The native int8-activation layers (q4, q8, q5). ``fine`` layers take their activations in two
+    int8 steps, the row's blocks and then the blocks of what those missed (about 15 bits, in the
+    kernel: twice the rows, summed per row, so a row's result still depends on that row alone).
+    Under quant ``fit`` the layers whose inputs carry outlier channels (the attention's Q/K/V
+    projection and the MLP's down projection) are fine: nearly all of the default model's loss
+    against float32 came from their int8 activations (docs/performance.md); fine everywhere costs
+    twice the multiply work for +0.1% perplexity less."""
 
-    ACT_BLOCK = 16
     fine = False
     op: Callable[..., torch.Tensor]
     packed: torch.Tensor
@@ -220,12 +211,7 @@ class _TwoSteps:
     bias: torch.Tensor | None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.fine:
-            return self.op(x, self.packed, self.out_features, self.bias)
-        x = x.float()
-        both = self.op(torch.cat([x, x - int8_blocks(x, self.ACT_BLOCK)]), self.packed, self.out_features, None)
-        y = both[: x.shape[0]] + both[x.shape[0] :]
-        return y if self.bias is None else y + self.bias
+        return self.op(x, self.packed, self.out_features, self.bias, self.fine)
 
 
 class Q4(_TwoSteps):
@@ -233,8 +219,6 @@ class Q4(_TwoSteps):
     activations quantised to int8 per block of 32 on every call, on the backend's own kernel
     (:func:`pie_backend_torch.native.ops`; VNNI or AVX2 integer dot products). float32 in and out:
     the per-block activation scale needs no outlier split."""
-
-    ACT_BLOCK = 32
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self._set(native.pack_q4(weight), int(weight.shape[1]), int(weight.shape[0]), bias)
@@ -540,6 +524,8 @@ def layer_tensors(layer: Linear, weight: torch.Tensor, dtype: torch.dtype) -> di
         out = {"int8": layer.weight, "scale": layer.scale}
     else:
         out = {"dense": weight.to(dtype)}
+    if getattr(layer, "fine", False):
+        out["fine"] = torch.tensor(1)
     return out if bias is None else out | {"bias": bias.clone()}  # small and large may share one tensor
 
 
@@ -554,6 +540,8 @@ def rebuild_layer(tensors: dict[str, torch.Tensor], dtype: torch.dtype, max_toke
         large = {k[6:]: v for k, v in tensors.items() if k.startswith("large.")}
         return ByBatchSize(rebuild_layer(small, dtype, 0), rebuild_layer(large, dtype, 0), max_tokens)
     bias = tensors.get("bias")
+    if "fine" in tensors:
+        return refine(rebuild_layer({k: v for k, v in tensors.items() if k != "fine"}, dtype, max_tokens))
     if "int4" in tensors:
         return Int4.from_packed(tensors["int4"], tensors["scales_and_zeros"], bias)
     if "q4" in tensors:

@@ -92,12 +92,20 @@ class _Source:
         return self._keep("embed", weight.to(self.config.device, self.config.dtype))
 
     def linear(
-        self, name: str, weight: Callable[[], torch.Tensor], bias: Callable[[], torch.Tensor] | None = None
+        self,
+        name: str,
+        weight: Callable[[], torch.Tensor],
+        bias: Callable[[], torch.Tensor] | None = None,
+        fine: bool = False,
     ) -> Linear:
+        """The layer ``name``; ``fine``: its int8 activations in two steps under quant ``fit``
+        (:func:`pie_backend_torch.linear.refine`; the store keeps the flag)."""
         cfg = self.config
         w = weight().to(cfg.device)
         b = None if bias is None else bias().to(cfg.device)
         layer = quantise(w, b, cfg.quant, cfg.dtype, cfg.quant_max_tokens, cfg.quant_large)
+        if fine and cfg.quant == "fit":
+            layer = refine(layer)
         if self.record is not None:
             self.record.update({f"{name}/{k}": v for k, v in layer_tensors(layer, w, cfg.dtype).items()})
         return layer
@@ -129,9 +137,13 @@ class _Recorded:
         return self._get("embed")
 
     def linear(
-        self, name: str, weight: Callable[[], torch.Tensor], bias: Callable[[], torch.Tensor] | None = None
+        self,
+        name: str,
+        weight: Callable[[], torch.Tensor],
+        bias: Callable[[], torch.Tensor] | None = None,
+        fine: bool = False,
     ) -> Linear:
-        prefix = f"{name}/"
+        prefix = f"{name}/"  # ``fine`` as recorded (layer_tensors keeps the flag)
         parts = {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
         return rebuild_layer(parts, self.config.dtype, self.config.quant_max_tokens)
 
@@ -153,22 +165,16 @@ def _layer(src: _Source | _Recorded, spec: ModelSpec, i: int, take: _Take) -> La
 
     return LayerWeights(
         attn_norm=src.residual_norm(p + "attn_norm.weight", h),
-        qkv=_attention_input(src, src.linear(p + "qkv", qkv, qkv_bias if spec.qkv_bias else None)),
+        qkv=src.linear(p + "qkv", qkv, qkv_bias if spec.qkv_bias else None, fine=True),
         q_norm=src.maybe_vector(p + "attn_q_norm.weight", hd, spec.qk_norm),
         k_norm=src.maybe_vector(p + "attn_k_norm.weight", hd, spec.qk_norm),
         attn_output=src.linear(p + "attn_output", lambda: take(p + "attn_output.weight", (h, q_out))),
         post_attention_norm=src.maybe_vector(p + "post_attention_norm.weight", h, spec.sandwich_norm),
         ffn_norm=src.residual_norm(p + "ffn_norm.weight", h),
         gate_up=src.linear(p + "gate_up", gate_up),
-        ffn_down=src.linear(p + "ffn_down", lambda: take(p + "ffn_down.weight", (h, inter))),
+        ffn_down=src.linear(p + "ffn_down", lambda: take(p + "ffn_down.weight", (h, inter)), fine=True),
         post_ffw_norm=src.maybe_vector(p + "post_ffw_norm.weight", h, spec.sandwich_norm),
     )
-
-
-def _attention_input(src: _Source | _Recorded, layer: Linear) -> Linear:
-    """The Q/K/V projection: under quant ``fit``, with two-step int8 activations (:func:`refine`),
-    the one layer whose int8 activations cost the default model measurable perplexity."""
-    return refine(layer) if src.config.quant == "fit" else layer
 
 
 def build_weights(

@@ -29,7 +29,7 @@ from pie_backend_torch.weights import ModelWeights, build_weights, rebuild_weigh
 __all__ = ["load_weights", "store_path"]
 
 _ALIGN = 64
-_LAYOUT = 5
+_LAYOUT = 7
 """Bump when the recorded names or tensor layouts change."""
 
 

@@ -254,7 +254,9 @@ x = torch.randn(5, 96)
 w5 = (torch.randint(-16, 16, (37, 3, 32)) * (torch.rand(37, 3, 1) / 50).half().float()).reshape(37, 96)
 print(json.dumps({"why": native.unavailable_reason(), "isa": ops.isa(), "y": ops.q4_linear(x, native.pack_q4(w), 37, None).tolist(),
                   "y8": ops.q8_linear(x, native.pack_q8(w)[0], 37, None).tolist(),
-                  "y5": ops.q5_linear(x, q5.pack(w5), 37, None).tolist(), "w5": w5.tolist()}))
+                  "y5": ops.q5_linear(x, q5.pack(w5), 37, None).tolist(), "w5": w5.tolist(),
+                  "y4f": ops.q4_linear(x, native.pack_q4(w), 37, None, True).tolist(),
+                  "y8f": ops.q8_linear(x, native.pack_q8(w)[0], 37, None, True).tolist()}))
 """
 
 
@@ -272,6 +274,8 @@ def test_the_avx2_build_gives_the_native_build_s_results(tmp_path):
     assert torch.equal(torch.tensor(avx2["y8"]), ops.q8_linear(x, native.pack_q8(w)[0], 37, None))
     w5 = torch.tensor(avx2["w5"])  # q5 likewise, its fifth bits expanded another way on AVX2
     assert torch.equal(torch.tensor(avx2["y5"]), ops.q5_linear(x, q5.pack(w5), 37, None))
+    assert torch.equal(torch.tensor(avx2["y8f"]), ops.q8_linear(x, native.pack_q8(w)[0], 37, None, True))  # two steps too
+    torch.testing.assert_close(torch.tensor(avx2["y4f"]), ops.q4_linear(x, native.pack_q4(w), 37, None, True), atol=1e-5, rtol=1e-6)
 
 
 def test_without_the_kernels_auto_falls_back_and_q4_says_why(monkeypatch):
@@ -322,6 +326,15 @@ def test_two_step_activations_come_within_a_hundredth_of_the_one_step_error(kind
     for r, size in ((0, 1), (7, 4), (32, 5)):
         start = max(0, min(r - size // 2, 33 - size))
         assert torch.equal(fine(x[start : start + size])[r - start], y[r])
+
+
+def test_two_step_activations_are_kept_through_the_weights_store():
+    for w in (_q5_0(40, 256), _ggml_like("q8_0", 40, 256), _ggml_like("q4_k", 40, 256)):
+        layer = linear.refine(linear.quantise(w, None, "fit", torch.float32, 0))
+        again = linear.rebuild_layer(linear.layer_tensors(layer, w, torch.float32), torch.float32, 0)
+        assert layer.fine and again.fine and type(again) is type(layer)
+        x = torch.randn(3, 256)
+        assert torch.equal(again(x), layer(x))
 
 
 def test_refine_leaves_layers_without_int8_activations_alone():

@@ -72,6 +72,36 @@ inline int32_t four_bytes(const int8_t* p) {
   return v;
 }
 
+// Two-step activations ("fine"): row r of x becomes rows 2r (its int8 blocks) and 2r + 1 (the
+// int8 blocks of what they missed, x - q * step), about 15 bits in all; the two products are
+// summed per row, (first + second) + bias, in that order whatever the batch.
+// quantise(x, row) writes quantised row `row`; q and step point at xq and its per-block steps.
+template <typename Quantise>
+void quantise_rows(const float* xp, int64_t M, int64_t K, int64_t block, bool fine, const int8_t* q, const float* step,
+                   int64_t steps_per_row, Quantise quantise) {
+  at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
+    std::vector<float> rest(fine ? K : 0);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = xp + r * K;
+      const int64_t row = fine ? 2 * r : r;
+      quantise(x, row);
+      if (!fine) continue;
+      const int8_t* qr = q + row * K;
+      const float* sr = step + row * steps_per_row;
+      for (int64_t k = 0; k < K; ++k) rest[k] = x[k] - static_cast<float>(qr[k]) * sr[k / block];
+      quantise(rest.data(), row + 1);
+    }
+  });
+}
+
+// y [M, N] = (y2[2r] + y2[2r + 1]) + bias for the two-step rows of y2 [2M, N].
+void sum_steps(const float* y2, int64_t M, int64_t N, const float* bias, float* y) {
+  at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < N; ++j) y[r * N + j] = (y2[2 * r * N + j] + y2[(2 * r + 1) * N + j]) + (bias ? bias[j] : 0.0f);
+  });
+}
+
 // A block adds to row j's sum (for one x row): dot(q_j, x_int8) * scale_j * xstep + low_j * xstep * sum(x_int8).
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // Group `g` (K/32 blocks) against R rows of x: out[r * ldo + j] = row j's dot with x row r + bias[j],
@@ -197,7 +227,7 @@ void group_range(const uint8_t* w, int64_t nb, const int8_t* xq, const float* xs
   }
 }
 
-at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias, bool fine) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), "q4_linear: x must be a 2-D CPU tensor");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock, groups = (N + kGroup - 1) / kGroup;
@@ -213,20 +243,24 @@ at::Tensor q4_linear(const at::Tensor& x_in, const at::Tensor& w, int64_t N, con
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
-  at::Tensor xq = at::empty({M, K}, x.options().dtype(at::kChar));
-  at::Tensor xstep = at::empty({M, nb}, x.options());
-  at::Tensor xsum = at::empty({M, nb}, x.options());
+  const int64_t rows = fine ? 2 * M : M;
+  at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
+  at::Tensor xstep = at::empty({rows, nb}, x.options());
+  at::Tensor xsum = at::empty({rows, nb}, x.options());
   const float* xp = x.data_ptr<float>();
   int8_t* xqp = xq.data_ptr<int8_t>();
   float* sp = xstep.data_ptr<float>();
   float* up = xsum.data_ptr<float>();
-  at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quantise_row(xp + r * K, K, xqp + r * K, sp + r * nb, up + r * nb);
-  });
+  quantise_rows(xp, M, K, kBlock, fine, xqp, sp, nb,
+                [&](const float* row, int64_t r) { quantise_row(row, K, xqp + r * K, sp + r * nb, up + r * nb); });
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? b32.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) { group_range(wp, nb, xqp, sp, up, M, K, N, yp, bp, g0, g1); });
+  at::Tensor y2 = fine ? at::empty({rows, N}, x.options()) : y;
+  float* yp = y2.data_ptr<float>();
+  at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
+    group_range(wp, nb, xqp, sp, up, rows, K, N, yp, fine ? nullptr : bp, g0, g1);
+  });
+  if (fine) sum_steps(yp, M, N, bp, y.data_ptr<float>());
   return y;
 }
 
@@ -361,7 +395,7 @@ using Tile = void (*)(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K,
 // y = x @ w.T + bias for the formats whose activations are int8 per 16 inputs (q8, q5): x's rows
 // quantised once, then every group of 16 outputs against all rows, 4 rows at a time.
 at::Tensor int8_linear(const char* name, int64_t block_bytes, const Tile (&tiles)[4], const at::Tensor& x_in,
-                       const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
+                       const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias, bool fine) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.device().is_cpu(), name, ": x must be a 2-D CPU tensor");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock, groups = (N + kGroup - 1) / kGroup;
@@ -377,36 +411,38 @@ at::Tensor int8_linear(const char* name, int64_t block_bytes, const Tile (&tiles
   }
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0) return y;
-  at::Tensor xq = at::empty({M, K}, x.options().dtype(at::kChar));
-  at::Tensor xstep = at::empty({M, 2 * nb}, x.options());
-  at::Tensor xsum = at::empty({M, 2 * nb}, x.options().dtype(at::kInt));
+  const int64_t rows = fine ? 2 * M : M;
+  at::Tensor xq = at::empty({rows, K}, x.options().dtype(at::kChar));
+  at::Tensor xstep = at::empty({rows, 2 * nb}, x.options());
+  at::Tensor xsum = at::empty({rows, 2 * nb}, x.options().dtype(at::kInt));
   const float* xp = x.data_ptr<float>();
   int8_t* xqp = xq.data_ptr<int8_t>();
   float* sp = xstep.data_ptr<float>();
   int32_t* up = xsum.data_ptr<int32_t>();
-  at::parallel_for(0, M, M >= 16 ? 1 : M, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quantise_row8(xp + r * K, K, xqp + r * K, sp + r * 2 * nb, up + r * 2 * nb);
-  });
+  quantise_rows(xp, M, K, 16, fine, xqp, sp, 2 * nb,
+                [&](const float* row, int64_t r) { quantise_row8(row, K, xqp + r * K, sp + r * 2 * nb, up + r * 2 * nb); });
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const float* bp = bias.has_value() ? b32.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
+  at::Tensor y2 = fine ? at::empty({rows, N}, x.options()) : y;
+  float* yp = y2.data_ptr<float>();
   at::parallel_for(0, groups, 4, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* gp = wp + g * nb * block_bytes;
       const int64_t n = g * kGroup, width = std::min(kGroup, N - n);
-      const float* bg = bp ? bp + n : nullptr;
-      for (int64_t r = 0; r < M; r += 4)
-        tiles[std::min<int64_t>(4, M - r) - 1](gp, nb, xqp + r * K, K, sp + r * 2 * nb, up + r * 2 * nb, yp + r * N + n, N,
-                                               width, bg);
+      const float* bg = bp && !fine ? bp + n : nullptr;
+      for (int64_t r = 0; r < rows; r += 4)
+        tiles[std::min<int64_t>(4, rows - r) - 1](gp, nb, xqp + r * K, K, sp + r * 2 * nb, up + r * 2 * nb, yp + r * N + n, N,
+                                                  width, bg);
     }
   });
+  if (fine) sum_steps(yp, M, N, bp, y.data_ptr<float>());
   return y;
 }
 
 constexpr Tile kQ8Tiles[4] = {&q8_tile<1>, &q8_tile<2>, &q8_tile<3>, &q8_tile<4>};
 
-at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
-  return int8_linear("q8_linear", kQ8BlockBytes, kQ8Tiles, x, w, N, bias);
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias, bool fine) {
+  return int8_linear("q8_linear", kQ8BlockBytes, kQ8Tiles, x, w, N, bias, fine);
 }
 
 // ---- q5: 5-bit weights (GGUF Q5_0 kept bit for bit) times int8 activations per 16 inputs ----
@@ -535,8 +571,8 @@ void q5_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const fl
 
 constexpr Tile kQ5Tiles[4] = {&q5_tile<1>, &q5_tile<2>, &q5_tile<3>, &q5_tile<4>};
 
-at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias) {
-  return int8_linear("q5_linear", kQ5BlockBytes, kQ5Tiles, x, w, N, bias);
+at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& w, int64_t N, const c10::optional<at::Tensor>& bias, bool fine) {
+  return int8_linear("q5_linear", kQ5BlockBytes, kQ5Tiles, x, w, N, bias, fine);
 }
 
 
@@ -667,9 +703,9 @@ std::string isa() {
 
 TORCH_LIBRARY(pie_cpu, m) {
   m.def("isa() -> str");
-  m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
-  m.def("q8_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
-  m.def("q5_linear(Tensor x, Tensor w, int n, Tensor? bias) -> Tensor");
+  m.def("q4_linear(Tensor x, Tensor w, int n, Tensor? bias, bool fine=False) -> Tensor");
+  m.def("q8_linear(Tensor x, Tensor w, int n, Tensor? bias, bool fine=False) -> Tensor");
+  m.def("q5_linear(Tensor x, Tensor w, int n, Tensor? bias, bool fine=False) -> Tensor");
   m.def("w8a8_quantise(Tensor x, int count) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("w8a8_finish(Tensor acc, Tensor step, Tensor scale, Tensor wide, Tensor kept, Tensor? bias) -> Tensor");
 }
