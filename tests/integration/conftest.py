@@ -80,3 +80,19 @@ def hf_model(default_gguf: Path) -> Any:
         default_gguf.parent, gguf_file=default_gguf.name, dtype=torch.float32
     )
     return model.eval()
+
+
+@pytest.fixture(scope="module")
+def torch_pie() -> Any:
+    """The default torch backend (quant fit) on the real model, for the tests of one module."""
+    from pie_core.hookspec import BackendOptions
+
+    engine = Engine("torch", options=BackendOptions(dtype="auto", kv_pages=1024))
+    engine.load(None)
+    caps = next(iter(engine.models.values())).caps
+    if caps.dtype != "float32":
+        pytest.skip(f"the torch default here is {caps.dtype}, not quant fit (no native kernels)")
+    harness = Harness(engine)
+    yield harness
+    assert engine.pools_whole(), "a test left KV pages allocated"
+    asyncio.run(engine.close())
