@@ -9,7 +9,8 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   speed and accuracy); else none. ``"fit"`` keeps every tensor as precise as the checkpoint gave
   it: q4 for tensors of a 4-bit GGUF type (each block of 32 on 16 levels), q5 for Q5_0 ones (5-bit,
   in the GGUF's own 0.69 bytes a weight; :mod:`pie_backend_torch.q5`), q8 for 6- and 8-bit ones,
-  float32 for the rest, with one layer for every batch size, float32 activations and KV cache
+  float32 for the rest; the Q/K/V and MLP-down projections take their int8 activations in two
+  steps (about 15 bits: their inputs carry outlier channels), with one layer for every batch size, float32 activations and KV cache
   (``dtype`` auto), so that a row's result never depends on the other rows of its batch. ``"q8"``
   is int8 weights (blocks of 32, a float16 scale per 16 inputs) times int8 activations per 16
   inputs, on ``csrc/q4.cpp``. ``"q4"`` is 4-bit weights (blocks of 32, float16 scale and minimum) times
