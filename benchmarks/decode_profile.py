@@ -25,6 +25,7 @@ from pie_core.hookspec import BackendOptions, ForwardBatch
 # Profiler op name -> group, first match wins (substrings).
 GROUPS = (
     ("linear: pie q4 x int8 kernel", ("pie_cpu::q4_linear",)),
+    ("linear: pie q8 / q5 x int8 kernels", ("pie_cpu::q8_linear", "pie_cpu::q5_linear")),
     ("linear: w8a8 quantise and finish (pie kernels)", ("pie_cpu::w8a8",)),
     ("linear: torch int4 kernel", ("_weight_int4pack_mm",)),
     ("linear: int8 (torch._int_mm / fbgemm)", ("_int_mm", "quantized::linear")),
