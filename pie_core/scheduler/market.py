@@ -106,7 +106,7 @@ class Market:
     Args:
         pool: The device pool.
         host: The host pool that suspended pages are copied to.
-        copy: Queues a page copy before the next batch (``Batcher.enqueue_copy``).
+        copy: Queues a page copy before the next batch (``BackendWorker.enqueue_copy``).
         ledger: The credits.
         replayable: Whether a context's lineage can be replayed now (its adapters unchanged).
     """

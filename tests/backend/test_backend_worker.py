@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import pie_core
 from pie_core.backend import BackendCalls, BackendWorker, FunctionBackend
-from pie_core.hookspec import BatchOutput, CopyKind, ForwardBatch
+from pie_core.backend_kit.dummy import DummyBackend
+from pie_core.engine.engine import Engine
+from pie_core.hookspec import BackendOptions, BatchOutput, CopyKind, ForwardBatch
 from pie_core.scheduler.assemble import assemble
 from pie_core.scheduler.request import ForwardRequest, SampleSpec
 
@@ -153,3 +159,39 @@ def test_a_closed_workers_pending_operations_fail_with_the_error_given():
         asyncio.run(main())
     finally:
         worker.close()
+
+
+def test_every_engine_hook_call_goes_through_the_worker(monkeypatch):
+    """The engine's info, load and batches reach the backend on the worker's thread only."""
+    seen: list[tuple[str, int]] = []
+    for name in ("pie_backend_load_model", "pie_backend_forward", "pie_backend_info"):
+        original = getattr(DummyBackend, name)
+
+        @functools.wraps(original)  # keeps the hookimpl marker and the signature pluggy reads
+        def hook(self: Any, *args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            seen.append((_name, threading.get_ident()))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(DummyBackend, name, hook)
+    engine = Engine("dummy", options=BackendOptions(page_size=4, kv_pages=16))
+    model = engine.load(None)
+    try:
+        outcome = model.worker.call(lambda b: b.forward(_batch(3)))
+        assert isinstance(outcome, BatchOutput)
+    finally:
+        asyncio.run(engine.close())
+    # bind_backend checks the contract version of a plugin no worker owns yet; then only the worker calls
+    assert seen[0] == ("pie_backend_info", threading.get_ident())
+    assert [name for name, _ in seen[1:]] == ["pie_backend_info", "pie_backend_load_model", "pie_backend_forward"]
+    assert {thread for _, thread in seen[1:]} == {model.worker.thread_id}
+
+
+def test_only_the_backend_package_calls_hooks_in_the_engine():
+    """No module of pie_core reaches pluggy's hook object except the worker's calls and the
+    contract check of a freshly bound plugin."""
+    root = Path(pie_core.__file__).parent
+    allowed = {root / "backend" / "calls.py", root / "plugins.py"}
+    callers = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if p not in allowed and p.parent != root / "backend_kit"
+               and re.search(r"\.hook\.pie_backend_|\bhook\.pie_backend_", p.read_text())]
+    assert callers == []
