@@ -16,6 +16,7 @@ None = unlimited) bounds them.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class AdapterRecord:
     def bytes(self) -> int:
         return adapter_bytes(self.model.spec, self.rank, self.targets)
 
-    def salt(self, zo_seed: int) -> bytes:
+    def salt(self, zo_seed: int) -> builtins.bytes:  # ``bytes`` here is the property above
         """What KV pages computed with this adapter (and ``zo_seed``) are keyed by."""
         return f"{self.uid}:{self.version}:{zo_seed}".encode()
 

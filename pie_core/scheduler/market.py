@@ -247,6 +247,7 @@ class Market:
         if not self.pool.can_take(holder.wanted + holder.kv.restore_pages):
             return False
         self.waiters.remove(holder)
+        assert holder.granted is not None  # a waiter has one (admit gave it)
         try:
             grant = self._grant(holder, holder.wanted)
         except PieError as exc:  # e.g. the user's page quota
