@@ -154,7 +154,7 @@ class BackendWorker:
         """
         self._ops = [(op, f if f.get_loop() is loop else loop.create_future()) for op, f in self._ops]
 
-    def flush_ops(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None] | None:
+    def flush_ops(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any] | None:
         """Send the enqueued operations to the backend thread (they run after the batch in flight).
 
         Their futures are settled when they ran, on ``loop``. Returns a future done when they

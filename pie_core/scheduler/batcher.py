@@ -13,7 +13,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pie_core.backend import BackendWorker, BatchOutcome
 from pie_core.errors import BackendError
@@ -119,7 +119,7 @@ class Batcher:
         self._pending_tokens = 0  # over _queue and _ahead
         self._pending_mask = 0
         self._flight: _Flight | None = None
-        self._ops_ran: asyncio.Future[None] | None = None  # the last operations sent to the backend
+        self._ops_ran: asyncio.Future[Any] | None = None  # the last operations sent to the backend
         self._want = 1  # queue length at which a submit wakes the run loop
         self._wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
