@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from decode import PROMPTS, engine_batch1, engine_concurrent, log, machine  # noqa: E402
+from pie_core.backend import BackendCalls
 from pie_core.engine.engine import Engine
 from pie_core.hookspec import BackendOptions, ForwardBatch
 
@@ -69,20 +70,20 @@ def profile(engine: Engine, batch: ForwardBatch, repeats: int, rows: int) -> dic
 
     model = next(iter(engine.models.values()))
 
-    def replay() -> tuple[list[float], Any]:
+    def replay(backend: BackendCalls) -> tuple[list[float], Any]:
         for _ in range(3):
-            model.pm.hook.pie_backend_forward(batch=batch)
+            backend.forward(batch)
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            model.pm.hook.pie_backend_forward(batch=batch)
+            backend.forward(batch)
             times.append(time.perf_counter() - start)
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-            model.pm.hook.pie_backend_forward(batch=batch)
+            backend.forward(batch)
         return times, prof
 
-    # on the backend's own thread, where the engine runs every batch (batcher.backend_thread)
-    times, prof = model.batcher.executor.submit(replay).result()
+    # on the backend's own thread, where the engine runs every batch (pie_core.backend.backend_thread)
+    times, prof = model.worker.call(replay)
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     groups: dict[str, float] = {}

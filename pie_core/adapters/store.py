@@ -5,8 +5,8 @@ an inferlet holds a handle to it or a pass runs with it: when the last handle is
 SDK ``Adapter`` garbage-collected, or its inferlet ending) and no pass uses it, the backend
 frees it. Files (``save``/``load``) are how an adapter outlives its inferlets.
 
-Every backend operation (create, load, save, zo, destroy) goes through the model's batcher
-(:meth:`~pie_core.scheduler.batcher.Batcher.enqueue_op`): it runs on the backend thread after
+Every backend operation (create, load, save, zo, destroy) goes through the model's backend
+worker (:meth:`~pie_core.backend.BackendWorker.enqueue_op`): it runs on the backend thread after
 the batch in flight and before any pass submitted later, so callers need not wait for it.
 
 An adapter's float32 bytes are charged to its user; ``limit_of(user)`` (set by the server,
@@ -16,6 +16,7 @@ None = unlimited) bounds them.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 from pie_core.adapters.es import ZoState
 from pie_core.adapters.folder_order import FolderOrder
+from pie_core.backend import BackendCalls
 from pie_core.errors import BackendError, InvalidInput, Unsupported
 from pie_core.backend_kit.lora import TARGETS, adapter_bytes
 
@@ -63,23 +65,22 @@ class AdapterRecord:
     def bytes(self) -> int:
         return adapter_bytes(self.model.spec, self.rank, self.targets)
 
-    def salt(self, zo_seed: int) -> bytes:
+    def salt(self, zo_seed: int) -> builtins.bytes:  # ``bytes`` here is the property above
         """What KV pages computed with this adapter (and ``zo_seed``) are keyed by."""
         return f"{self.uid}:{self.version}:{zo_seed}".encode()
 
-    def backend(self, op: Callable[[Any], Any]) -> Any:
-        """Run ``op(hook)`` on the backend thread in order (see the module doc); a failure is
+    def backend(self, op: Callable[[BackendCalls], Any]) -> Any:
+        """Run ``op(calls)`` on the backend thread in order (see the module doc); a failure is
         kept in ``failure`` until :meth:`settled` reports it. Returns the operation's future
         (done when it ran; it never holds ``op``'s failure, so nothing reports that twice)."""
-        hook = self.model.pm.hook
 
-        def run() -> None:
+        def run(calls: BackendCalls) -> None:
             try:
-                op(hook)
+                op(calls)
             except Exception as exc:  # noqa: BLE001 - kept for settled(), on whichever thread
                 self._fail(exc)
 
-        self.last = self.model.batcher.enqueue_op(run)
+        self.last = self.model.worker.enqueue_op(run)
         self.last.add_done_callback(self._done)
         return self.last
 
@@ -149,8 +150,7 @@ class AdapterStore:
         record = AdapterRecord(model, user, name, min(set(range(len(held) + 1)) - held), rank, float(alpha))
         self._charge(user, record.bytes)
         self._items[(model.name, user, name)] = record
-        record.backend(lambda hook: hook.pie_backend_adapter_create(
-            adapter_id=record.id, rank=rank, scaling=record.scaling))
+        record.backend(lambda backend: backend.adapter_create(record.id, rank, record.scaling))
         return record
 
     def reshape(self, record: AdapterRecord, rank: int, alpha: float, rslora: bool, targets: tuple[str, ...]) -> None:
@@ -197,7 +197,7 @@ class AdapterStore:
         record.destroyed = True
         self._items.pop((record.model.name, record.user, record.name), None)
         self._charge(record.user, -record.bytes)
-        record.backend(lambda hook: hook.pie_backend_adapter_destroy(adapter_id=record.id))
+        record.backend(lambda backend: backend.adapter_destroy(record.id))
 
     def _charge(self, user: str, n: int) -> None:
         held = self._bytes.get(user, 0)

@@ -9,6 +9,7 @@ from typing import Any
 from pie_core.cli.console import stdout_console
 from rich.table import Table
 
+from pie_core.backend import BackendWorker
 from pie_core.plugins import available_backends, bind_backend
 
 __all__ = ["register"]
@@ -24,8 +25,11 @@ def _describe(name: str) -> dict[str, Any]:
     entry = available_backends()[name]
     row: dict[str, Any] = {"name": name, "distribution": entry.distribution, "entry_point": entry.entry_point.value}
     try:
-        pm = bind_backend(name)
-        info = pm.hook.pie_backend_info()
+        worker = BackendWorker(bind_backend(name))
+        try:
+            info = worker.call(lambda backend: backend.info())
+        finally:
+            worker.close()
         row.update(version=info.version, contract=info.contract_version, description=info.description)
         row.update(features=sorted(info.features), devices=list(info.devices))
         row["status"] = "ok"

@@ -1,4 +1,4 @@
-"""The engine: a backend bound per loaded model, with its page pool and batcher."""
+"""The engine: a backend worker per loaded model, with its page pool and batcher."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import pluggy
-
 from pie_core import __version__
 from pie_core.adapters.store import AdapterStore
+from pie_core.backend import BackendWorker
 from pie_core.engine.broker import Broker
 from pie_core.errors import InvalidInput, NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
@@ -21,7 +20,7 @@ from pie_core.kv.pool import PagePool
 from pie_core.kv.snapshots import SnapshotStore
 from pie_core.mcp.registry import McpRegistry
 from pie_core.plugins import available_backends, bind_backend
-from pie_core.scheduler.batcher import Batcher, backend_thread
+from pie_core.scheduler.batcher import Batcher
 from pie_core.scheduler.credits import DEFAULT_ENDOWMENT, Ledger
 from pie_core.scheduler.market import Market
 from pie_core.scheduler.passes import tag_valid
@@ -43,12 +42,12 @@ def default_backend_name() -> str:
 
 @dataclass(slots=True)
 class LoadedModel:
-    """One model served by one backend instance."""
+    """One model served by one backend instance, which only ``worker`` calls."""
 
     name: str
     source: Any  # pie_core.models.registry.ModelSource
     backend: str
-    pm: pluggy.PluginManager
+    worker: BackendWorker
     caps: Capabilities
     pool: PagePool
     batcher: Batcher
@@ -124,19 +123,16 @@ class Engine:
         source = resolve_model(name, self.config)
         if source.name in self.models:
             return self.models[source.name]
-        pm = bind_backend(self.backend)
-        # A backend that stores its own layout of the weights needs them once: no float32 copy stays.
-        keep = not getattr(pm.hook.pie_backend_info(), "keeps_derived_weights", False)
-        thread = backend_thread()  # the load runs where the batches will (see backend_thread)
+        # The load runs on the thread the batches will (see pie_core.backend.backend_thread).
+        worker = BackendWorker(bind_backend(self.backend))
         try:
-            caps: Capabilities = thread.submit(
-                pm.hook.pie_backend_load_model,
-                spec=source.spec,
-                weights=source.weights(progress=progress, keep=keep),
-                options=dataclasses.replace(self.options, weights_key=source.cache_key),
-            ).result()
+            # A backend that stores its own layout of the weights needs them once: no float32 copy stays.
+            keep = not getattr(worker.call(lambda b: b.info()), "keeps_derived_weights", False)
+            weights = source.weights(progress=progress, keep=keep)
+            options = dataclasses.replace(self.options, weights_key=source.cache_key)
+            caps: Capabilities = worker.call(lambda b: b.load_model(source.spec, weights, options))
         except BaseException as exc:
-            thread.shutdown(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for
+            worker.close(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for
             if isinstance(exc, ValueError):  # the hook's documented refusal: an option or a weight it cannot take
                 raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
             raise
@@ -144,21 +140,19 @@ class Engine:
         host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
         markets: list[Market] = []
         batcher = Batcher(
-            lambda batch: pm.hook.pie_backend_forward(batch=batch),
+            worker,
             caps,
             self.policy,
-            copy_pages=lambda kind, src, dst: pm.hook.pie_backend_copy_pages(kind=kind, src=src, dst=dst),
             on_batch=lambda seconds: markets[0].tick(seconds),
-            executor=thread,
             trace=trace_from_env(caps.page_size),
         )
-        market = Market(pool, host, batcher.enqueue_copy, Ledger(self.endowment), _replayable)
+        market = Market(pool, host, worker.enqueue_copy, Ledger(self.endowment), _replayable)
         markets.append(market)
         model = LoadedModel(
             name=source.name,
             source=source,
             backend=self.backend,
-            pm=pm,
+            worker=worker,
             caps=caps,
             pool=pool,
             batcher=batcher,

@@ -24,6 +24,7 @@ from pie_core import safepath
 from pie_core.adapters import peft
 from pie_core.adapters.folder_order import Shape
 from pie_core.adapters.store import AdapterRecord
+from pie_core.backend import BackendCalls
 from pie_core.errors import InvalidInput, PieError
 from pie_core.host.binding import HostInstance, any_thread, current
 from pie_core.host.model import resolve
@@ -123,11 +124,11 @@ def fork(adapter: HostAdapter, new_name: str) -> HostAdapter:
     record.zo = None if src.zo is None else dataclasses.replace(src.zo)
     sigma = None if src.zo is None else src.zo.sigma
 
-    def copy(hook: Any) -> None:
-        tensors = hook.pie_backend_adapter_save(adapter_id=src.id)
-        hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=record.scaling)
+    def copy(backend: BackendCalls) -> None:
+        tensors = backend.adapter_save(src.id)
+        backend.adapter_load(record.id, tensors, record.scaling)
         if sigma is not None:
-            hook.pie_backend_adapter_zo(adapter_id=record.id, sigma=sigma, seeds=_NO_SEEDS, coefficients=_NO_COEFFS)
+            backend.adapter_zo(record.id, sigma, _NO_SEEDS, _NO_COEFFS)
 
     record.backend(copy)
     return HostAdapter(record, inst)
@@ -148,11 +149,11 @@ def save(adapter: HostAdapter, path: str) -> None:
     rank, alpha, rslora, base_model = record.rank, record.alpha, record.rslora, record.model.name  # as of now
     before, ran = order.join(folder.key, Shape(rank, alpha, rslora, frozenset(record.targets)))
 
-    def write(hook: Any) -> None:  # on the backend thread, after every earlier change to the adapter
+    def write(backend: BackendCalls) -> None:  # on the backend thread, after every earlier change to the adapter
         try:
             if before is not None:
                 before.wait()
-            tensors = hook.pie_backend_adapter_save(adapter_id=record.id)
+            tensors = backend.adapter_save(record.id)
             with folder.opened(create=True) as fd:
                 try:
                     peft.write(fd, peft.PeftAdapter(tensors, rank, alpha, rslora), base_model)
@@ -187,14 +188,14 @@ def load(adapter: HostAdapter, path: str) -> None:
         tensors, rank, targets = _checked(record, read, folder.shown)
         current().engine.adapters.reshape(record, rank, read.alpha, read.rslora, targets)
         scaling = record.scaling
-        record.backend(lambda hook: hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling))
+        record.backend(lambda backend: backend.adapter_load(record.id, tensors, scaling))
         return
     targets = tuple(sorted(coming.targets))
     current().engine.adapters.reshape(record, coming.rank, coming.alpha, coming.rslora, targets)
     scaling, limit = record.scaling, record.bytes + (1 << 20)  # float32 weights and their header
     before, ran = order.join(folder.key)
 
-    def read_then_load(hook: Any) -> None:  # on the backend thread, after the folder's pending operations
+    def read_then_load(backend: BackendCalls) -> None:  # on the backend thread, after the folder's pending operations
         try:
             if before is not None:
                 before.wait()
@@ -203,7 +204,7 @@ def load(adapter: HostAdapter, path: str) -> None:
             tensors, rank, got = _checked(record, read, folder.shown)
             if (rank, read.alpha, read.rslora, got) != (coming.rank, coming.alpha, coming.rslora, targets):
                 raise InvalidInput(f"{folder.shown}: the folder changed between the save and this load; load it again")
-            hook.pie_backend_adapter_load(adapter_id=record.id, tensors=tensors, scaling=scaling)
+            backend.adapter_load(record.id, tensors, scaling)
         finally:
             ran.set()
 

@@ -151,7 +151,7 @@ def _fork_kv(model: LoadedModel, source: KvContext, bid: float) -> KvContext:
     (rebuilt by replay on its first pass), and only a clone that can do neither is refused."""
     resident = model.market.take_now(source.fork_pages, bid) or not model.market.replayable(source)
     kv, src, dst = source.fork(model.pool.accounts.of(current().username), resident=resident)
-    model.batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
+    model.worker.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, src, dst)
     model.market.ledger.burn(wallet(model, current()), len(dst))
     return kv
 

@@ -9,11 +9,11 @@ caller's next pass (``adapter.settled`` waits for that).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from pie_core.adapters.es import ZoState, step
+from pie_core.backend import BackendCalls
 from pie_core.errors import InvalidInput, Unsupported
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.binding import current
@@ -58,7 +58,7 @@ def initialize(
     record.zo = ZoState(population_size=population_size, mu_fraction=float(mu_fraction), sigma=float(initial_sigma))
     spec, scaling, sigma, adapter_id = model.spec, record.scaling, float(initial_sigma), record.id
 
-    def reset(hook: Any) -> None:
+    def reset(backend: BackendCalls) -> None:
         tensors = {}
         for layer in range(spec.num_layers):
             for target in TARGETS:
@@ -66,9 +66,8 @@ def initialize(
                 a = tensor_name(layer, target, "a")
                 tensors[a] = zo_noise(INIT_SEED, tensor_index(a), (rank, inp)) / np.float32(math.sqrt(inp))
                 tensors[tensor_name(layer, target, "b")] = np.zeros((out, rank), dtype=np.float32)
-        hook.pie_backend_adapter_load(adapter_id=adapter_id, tensors=tensors, scaling=scaling)
-        hook.pie_backend_adapter_zo(adapter_id=adapter_id, sigma=sigma, seeds=np.zeros(0, np.int64),
-                                    coefficients=np.zeros(0, np.float32))
+        backend.adapter_load(adapter_id, tensors, scaling)
+        backend.adapter_zo(adapter_id, sigma, np.zeros(0, np.int64), np.zeros(0, np.float32))
 
     record.backend(reset)
 
@@ -94,5 +93,4 @@ def update(adapter: HostAdapter, scores: list[float], seeds: list[int], max_sigm
     state.sigma, state.last_median = move.sigma, move.median
     record.version += 1
     adapter_id = record.id
-    record.backend(lambda hook: hook.pie_backend_adapter_zo(
-        adapter_id=adapter_id, sigma=move.sigma, seeds=move.seeds, coefficients=move.coefficients))
+    record.backend(lambda backend: backend.adapter_zo(adapter_id, move.sigma, move.seeds, move.coefficients))

@@ -1,7 +1,9 @@
 """The per-model batcher: merges all queued forward requests into one backend call at a time.
 
-One batch is in flight per backend; the backend runs in its own worker thread, and while it
-runs batch k the event loop keeps serving inferlets and assembles batch k+1 (run-ahead).
+One batch is in flight per backend; the backend runs on its worker's thread
+(:class:`~pie_core.backend.BackendWorker`), and while it runs batch k the event loop keeps
+serving inferlets and assembles batch k+1 (run-ahead). The batcher decides when to fire; the
+worker is what calls the backend.
 """
 
 from __future__ import annotations
@@ -10,24 +12,19 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
+from pie_core.backend import BackendWorker, BatchOutcome
 from pie_core.errors import BackendError
-from pie_core.hookspec import BatchOutput, Capabilities, CopyKind, ForwardBatch
+from pie_core.hookspec import Capabilities, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
 from pie_core.scheduler.request import ForwardRequest, RequestOutput
 from pie_core.scheduler.trace import BatchTrace
 
-__all__ = ["Batcher", "BatchStats", "backend_thread"]
+__all__ = ["Batcher", "BatchStats"]
 
 _log = logging.getLogger(__name__)
-
-_Copy = tuple[CopyKind, list[int], list[int]]
-_Op = tuple[Callable[[], Any], asyncio.Future[Any]]
 
 
 class BatchStats:
@@ -52,20 +49,8 @@ class _Flight:
 
     requests: list[ForwardRequest]
     batch: ForwardBatch
-    future: asyncio.Future[tuple[BatchOutput | Exception, float]]
+    future: asyncio.Future[BatchOutcome]
     fired: float  # time.time() when it went to the backend thread
-
-
-def backend_thread() -> ThreadPoolExecutor:
-    """A one-thread executor for one backend's work.
-
-    A backend sees all its calls (load, batches, copies, adapter operations) on this one thread:
-    thread pools keyed to the calling thread (OpenMP in torch) then keep one team of workers, which
-    spin between a step's parallel regions. A second calling thread gives a second team, more
-    workers than cores, and libgomp puts idle workers to sleep at once: every parallel region of a
-    step then pays a wake-up (~75 µs measured on 2 cores, ~100 regions per decode step).
-    """
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="pie-backend")
 
 
 def _live(req: ForwardRequest) -> bool:
@@ -102,37 +87,30 @@ class Batcher:
       failed; a failure touches only the requests of that batch.
 
     Args:
-        forward: Runs one batch on the backend (called on the worker thread).
+        worker: The backend's worker: it runs the batches, and the page copies and operations
+            enqueued on it (it wakes the batcher for each operation). Closed by :meth:`close`.
         caps: The backend's limits.
         policy: ``"adaptive"`` or ``"greedy"``.
-        copy_pages: Runs one page copy on the backend (worker thread); None when it cannot.
         on_batch: Called on the event loop after every batch returned, successful or not, and
             after its results reached the futures, with the batch's backend wall time in
             seconds. An exception from it is logged and ignored.
-        executor: The backend's one worker thread (the engine loads the model on it, so that all
-            of a backend's work runs on one thread); a new one when None. Shut down by
-            :meth:`close`.
         trace: Gets every batch that returned (see :mod:`.trace`); closed by :meth:`close`.
     """
 
     def __init__(
         self,
-        forward: Callable[[ForwardBatch], BatchOutput],
+        worker: BackendWorker,
         caps: Capabilities,
         policy: str = "adaptive",
-        copy_pages: Callable[[CopyKind, np.ndarray, np.ndarray], None] | None = None,
         on_batch: Callable[[float], None] | None = None,
-        executor: ThreadPoolExecutor | None = None,
         trace: BatchTrace | None = None,
     ) -> None:
         if policy not in ("adaptive", "greedy"):
             raise ValueError(f"unknown batching policy {policy!r}; use 'adaptive' or 'greedy'")
-        self._forward = forward
-        self._copy_pages = copy_pages
+        self.worker = worker
+        """The backend's worker: batches, copies and operations all run on its thread."""
         self._on_batch = on_batch
         self._trace = trace
-        self._copies: list[_Copy] = []
-        self._ops: list[_Op] = []
         self._caps = caps
         self._policy = policy
         self._queue: list[ForwardRequest] = []  # submitted, not yet taken
@@ -145,12 +123,11 @@ class Batcher:
         self._want = 1  # queue length at which a submit wakes the run loop
         self._wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.executor = executor or backend_thread()
-        """The backend's worker thread: batches, copies and operations all run on it."""
         self._task: asyncio.Task[None] | None = None
         self._last_size = 1
         self._last_duration = 0.0
         self.stats = BatchStats()
+        worker.listen(self._op_enqueued)
 
     async def submit(self, request: ForwardRequest) -> RequestOutput:
         """Queue one request and wait for its share of the batch output."""
@@ -179,38 +156,14 @@ class Batcher:
             self._ahead, self._ahead_batch = [], None
             self._pending_tokens = sum(r.num_tokens for r in self._queue)
             self._pending_mask = sum(_mask_size(r) for r in self._queue)
-            # Operations from a closed loop still run, in order (a released adapter must be freed
-            # before its id is handed out again); nobody can await their old futures any more.
-            self._ops = [(op, f if f.get_loop() is loop else loop.create_future()) for op, f in self._ops]
+            self.worker.adopt(loop)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="pie-batcher")
 
-    def enqueue_copy(self, kind: CopyKind, src: list[int], dst: list[int]) -> None:
-        """Schedule a page copy to run on the backend thread before the next batch.
-
-        Deferring keeps copies ordered with batches: a copy sees every write of earlier
-        batches and none of later ones, and the caller never waits.
-        """
-        if len(src) != len(dst):
-            raise ValueError(f"copy of {len(src)} pages into {len(dst)}")
-        if src:
-            self._copies.append((kind, list(src), list(dst)))
-
-    def enqueue_op(self, op: Callable[[], Any]) -> asyncio.Future[Any]:
-        """Schedule ``op()`` on the backend thread, after the batch in flight and before the next.
-
-        Operations run in the order they were enqueued, also when no batch follows (the run loop
-        wakes for them). Passes submitted after this call see the operation's effect.
-
-        Returns:
-            A future with ``op``'s result or exception (a failed op fails no batch).
-        """
-        loop = asyncio.get_running_loop()
+    def _op_enqueued(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The worker got an operation: wake the run loop (started if need be) to send it."""
         self._adopt(loop)
-        done: asyncio.Future[Any] = loop.create_future()
-        self._ops.append((op, done))
         self._wakeup.set()
-        return done
 
     @property
     def queued(self) -> int:
@@ -232,14 +185,11 @@ class Batcher:
         for req in self._ahead + self._queue:
             if req.future is not None and not req.future.done():
                 req.future.set_exception(BackendError("the engine shut down before this pass ran"))
-        for _, done in self._ops:
-            if not done.done():
-                done.set_exception(BackendError("the engine shut down before this operation ran"))
-        self._ops.clear()
+        self.worker.fail_pending(BackendError("the engine shut down before this operation ran"))
         self._queue.clear()
         self._ahead, self._ahead_batch = [], None
         self._pending_tokens = self._pending_mask = 0
-        self.executor.shutdown(wait=True)
+        self.worker.close()
         if self._trace is not None:
             self._trace.close()
 
@@ -330,22 +280,10 @@ class Batcher:
             return
         if batch is None:
             batch = assemble(live, self._caps.vocab_size)
-        copies, self._copies = self._copies, []
-        future = asyncio.wrap_future(self.executor.submit(self._execute, batch, copies), loop=self._loop)
+        assert self._loop is not None  # set by _adopt before anything is queued
+        future = self.worker.forward(batch, self._loop)
         future.add_done_callback(lambda _: self._wakeup.set())
         self._flight = _Flight(live, batch, future, time.time() if self._trace is not None else 0.0)
-
-    def _execute(self, batch: ForwardBatch, copies: list[_Copy]) -> tuple[BatchOutput | Exception, float]:
-        started = time.perf_counter()
-        try:
-            for kind, src, dst in copies:
-                if self._copy_pages is None:
-                    raise BackendError("this backend cannot copy pages")
-                self._copy_pages(kind, np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32))
-            outcome: BatchOutput | Exception = self._forward(batch)
-        except Exception as exc:  # handed to the batch's requests
-            outcome = exc
-        return outcome, time.perf_counter() - started
 
     def _land(self, flight: _Flight) -> None:
         """Hand a returned batch's results (or error) to its requests' futures."""
@@ -382,31 +320,12 @@ class Batcher:
                 _log.exception("the on_batch hook failed; the batcher goes on")
 
     def _flush_ops(self) -> None:
-        """Submit the enqueued operations to the backend thread (they run after the batch in
+        """Send the worker's enqueued operations to its thread (they run after the batch in
         flight); their futures are settled when they ran, whether or not the run loop lives."""
-        ops, self._ops = self._ops, []
-        if ops:
-            ran = asyncio.wrap_future(self.executor.submit(self._run_ops, ops), loop=self._loop)
-            ran.add_done_callback(lambda f: self._settle_ops(ops, f.result()))
+        if not self.worker.pending_ops:
+            return
+        assert self._loop is not None  # set by _adopt before anything is queued
+        ran = self.worker.flush_ops(self._loop)
+        if ran is not None:
             ran.add_done_callback(lambda _: self._wakeup.set())
             self._ops_ran = ran
-
-    @staticmethod
-    def _run_ops(ops: list[_Op]) -> list[tuple[bool, Any]]:
-        results: list[tuple[bool, Any]] = []
-        for op, _ in ops:
-            try:
-                results.append((True, op()))
-            except Exception as exc:  # handed to the op's future
-                results.append((False, exc))
-        return results
-
-    @staticmethod
-    def _settle_ops(ops: list[_Op], results: list[tuple[bool, Any]]) -> None:
-        for (_, done), (ok, value) in zip(ops, results):
-            if done.done():
-                continue
-            if ok:
-                done.set_result(value)
-            else:
-                done.set_exception(value)

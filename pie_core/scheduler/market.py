@@ -106,7 +106,7 @@ class Market:
     Args:
         pool: The device pool.
         host: The host pool that suspended pages are copied to.
-        copy: Queues a page copy before the next batch (``Batcher.enqueue_copy``).
+        copy: Queues a page copy before the next batch (``BackendWorker.enqueue_copy``).
         ledger: The credits.
         replayable: Whether a context's lineage can be replayed now (its adapters unchanged).
     """
@@ -247,6 +247,7 @@ class Market:
         if not self.pool.can_take(holder.wanted + holder.kv.restore_pages):
             return False
         self.waiters.remove(holder)
+        assert holder.granted is not None  # a waiter has one (admit gave it)
         try:
             grant = self._grant(holder, holder.wanted)
         except PieError as exc:  # e.g. the user's page quota

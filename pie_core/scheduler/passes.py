@@ -55,7 +55,8 @@ class Tag:
 
     @property
     def adapter_id(self) -> int:
-        return self.record.id
+        adapter_id: int = self.record.id
+        return adapter_id
 
 
 def tag_valid(tag: Tag | None) -> bool:
@@ -116,7 +117,9 @@ def queue_unrecorded(model: Any, holder: Holder, p: Pass, at: int) -> asyncio.Fu
     if not model.market.reserve_now(holder, kv.pages_needed(len(p.ids), at)):
         return None
     plan = kv.plan_write(len(p.ids), at)
-    return model.batcher.enqueue(_request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
+    queued: asyncio.Future[RequestOutput] = model.batcher.enqueue(
+        _request(p, plan, p.ids, p.pos, tuple(p.samples), tuple(p.probes)))
+    return queued
 
 
 def record(kv: KvContext, p: Pass, hold: int = 0) -> None:

@@ -11,7 +11,9 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 import pytest
 
+import pie_core.backend.worker as worker_module
 import pie_core.scheduler.batcher as batcher_module
+from pie_core.backend import BackendWorker, FunctionBackend
 from pie_core.errors import BackendError
 from pie_core.hookspec import BatchOutput, Capabilities, CopyKind, ForwardBatch
 from pie_core.scheduler.batcher import Batcher
@@ -83,7 +85,7 @@ class FakeBackend:
 
 def make(backend: FakeBackend, **kwargs: Any) -> Batcher:
     limits = kwargs.pop("limits", {})
-    return Batcher(backend.forward, caps(**limits), copy_pages=backend.copy_pages, **kwargs)
+    return Batcher(BackendWorker.of(FunctionBackend(backend.forward, backend.copy_pages)), caps(**limits), **kwargs)
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -206,8 +208,8 @@ def test_copy_and_op_enqueued_while_a_batch_runs_precede_the_next_forward():
         await entered(backend)
         second = asyncio.create_task(batcher.submit(request(2)))
         await asyncio.sleep(0.05)  # batch 2 is taken and assembled meanwhile
-        batcher.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, [7], [8])
-        op = batcher.enqueue_op(lambda: backend.log.append(("op", None)) or "done")
+        batcher.worker.enqueue_copy(CopyKind.DEVICE_TO_DEVICE, [7], [8])
+        op = batcher.worker.enqueue_op(lambda _: backend.log.append(("op", None)) or "done")
         backend.release()
         await asyncio.gather(first, second)
         assert await op == "done"
@@ -222,12 +224,12 @@ def test_passes_submitted_while_an_operation_runs_fire_together_after_it():
     batcher = make(backend)
     op_gate = threading.Event()
 
-    def slow_op() -> None:
+    def slow_op(_: object) -> None:
         backend.log.append(("op", None))
         op_gate.wait(5)
 
     async def main():
-        batcher.enqueue_op(slow_op)
+        batcher.worker.enqueue_op(slow_op)
         await until(lambda: ("op", None) in backend.log, "the operation runs")
         passes = []
         for t in (1, 2, 3):
@@ -274,8 +276,10 @@ def test_a_request_cancelled_after_pre_assembly_never_reaches_the_backend(monkey
 
 
 def test_on_batch_is_called_once_per_batch_after_its_results_with_the_backend_seconds(monkeypatch):
-    clock = [100.0]  # the batcher's clock: it moves only while the backend works, t seconds for token t
-    monkeypatch.setattr(batcher_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    clock = [100.0]  # the batcher's and worker's clock: it moves only while the backend works, t seconds for token t
+    fake = types.SimpleNamespace(perf_counter=lambda: clock[0])
+    monkeypatch.setattr(batcher_module, "time", fake)
+    monkeypatch.setattr(worker_module, "time", fake)
     backend = FakeBackend()
     fast = backend.forward
 
@@ -353,7 +357,7 @@ def test_close_finishes_the_batch_in_flight_and_fails_what_waits():
         first = asyncio.create_task(batcher.submit(request(1)))
         await entered(backend)
         waiting = asyncio.create_task(batcher.submit(request(2)))
-        op = batcher.enqueue_op(lambda: "ran")
+        op = batcher.worker.enqueue_op(lambda _: "ran")
         await asyncio.sleep(0.02)  # request 2 is pre-assembled, the op handed to the backend thread
         asyncio.get_running_loop().call_later(0.05, backend.release)
         await batcher.close()
@@ -413,7 +417,7 @@ def test_an_op_enqueued_as_a_pass_lands_runs_without_another_wakeup():
     async def main():
         ran: list[asyncio.Future[Any]] = []
         landed = batcher.enqueue(request(1))
-        landed.add_done_callback(lambda _: ran.append(batcher.enqueue_op(lambda: "ran")))
+        landed.add_done_callback(lambda _: ran.append(batcher.worker.enqueue_op(lambda _: "ran")))
         await landed
         await asyncio.sleep(0)
         assert await asyncio.wait_for(ran[0], 2) == "ran"

@@ -4,6 +4,7 @@
     runtime              (the runners: in-process, process, wasm; manifests)
     host                 (the host API an inferlet calls)
     engine, kv, scheduler
+    backend              (the worker: the one caller of a loaded backend's hooks)
     backend_kit          (what a backend imports: the contract and the pieces backends share)
 
 Every ``import`` in a file counts: at the top, inside functions, under ``if TYPE_CHECKING:``.
@@ -24,6 +25,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "kv": ("pie_core.host", "pie_core.runtime", "pie_core.server", "pie_core.cli"),
     "scheduler": ("pie_core.host", "pie_core.runtime", "pie_core.server", "pie_core.cli"),
     "runtime": ("pie_core.server", "pie_core.cli"),
+    "backend": ("pie_core.engine", "pie_core.kv", "pie_core.scheduler", "pie_core.host", "pie_core.runtime",
+                "pie_core.server", "pie_core.cli"),
     "backend_kit": ("pie_core.engine", "pie_core.kv", "pie_core.scheduler", "pie_core.host", "pie_core.runtime",
                     "pie_core.server", "pie_core.cli", "pie_core.plugins"),
 }

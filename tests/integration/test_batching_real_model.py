@@ -58,11 +58,11 @@ class BatchRecorder:
 
 @pytest.fixture
 def recorder(pie):
-    pm = pie.engine.models[pie.model].pm
+    worker = pie.engine.models[pie.model].worker
     rec = BatchRecorder()
-    pm.register(rec)
+    worker.register(rec)
     yield rec
-    pm.unregister(rec)
+    worker.unregister(rec)
 
 
 def test_sixteen_concurrent_inferlets_are_batched_and_generate_their_solo_tokens(pie):

@@ -1,6 +1,6 @@
 """The engine calls a backend from one thread: the model load runs on the thread that later runs
 its batches (torch's OpenMP team is kept per calling thread; a second one makes every parallel
-region of a step pay a worker wake-up, see ``pie_core.scheduler.batcher.backend_thread``)."""
+region of a step pay a worker wake-up, see ``pie_core.backend.worker.backend_thread``)."""
 
 from __future__ import annotations
 

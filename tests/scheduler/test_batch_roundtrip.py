@@ -9,6 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from pie_core.backend import BackendWorker, FunctionBackend
 from pie_core.errors import BackendError
 from pie_core.hookspec import BatchOutput, Capabilities, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
@@ -151,7 +152,7 @@ def test_a_backend_returning_too_many_tokens_fails_every_request_of_the_batch():
         return BatchOutput(tokens=np.append(good.tokens, 0), probes=good.probes)
 
     async def go() -> list[BaseException | object]:
-        batcher = Batcher(forward, caps, policy="adaptive")
+        batcher = Batcher(BackendWorker.of(FunctionBackend(forward)), caps, policy="adaptive")
         try:
             # adaptive: the first batch fires at once with one request; gather all three
             return await asyncio.gather(*(batcher.submit(r) for r in _three_requests()), return_exceptions=True)

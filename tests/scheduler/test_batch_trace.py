@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_batch_roundtrip import PS, VOCAB, _tagged_output, _three_requests
 
+from pie_core.backend import BackendWorker, FunctionBackend
 from pie_core.hookspec import Capabilities
 from pie_core.scheduler.batcher import Batcher
 
@@ -44,7 +45,7 @@ def test_the_batcher_traces_every_batch_it_ran(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
 
     async def go() -> None:
-        batcher = Batcher(_tagged_output, caps, policy="greedy", trace=BatchTrace(str(path), PS))
+        batcher = Batcher(BackendWorker.of(FunctionBackend(_tagged_output)), caps, policy="greedy", trace=BatchTrace(str(path), PS))
         try:
             for req in _three_requests():  # one at a time: three batches of one request
                 await batcher.submit(req)

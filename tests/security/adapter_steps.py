@@ -96,7 +96,7 @@ def isolation(request: pytest.FixtureRequest) -> Any:
 def slow_backend(security_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The dummy backend takes 50 ms a pass for the test, so a "busy" step keeps it busy."""
     model = next(iter(security_engine.models.values()))
-    backend = next(p for p in model.pm.get_plugins() if isinstance(getattr(p, "timing", None), DummyTiming))
+    backend = next(p for p in model.worker.plugins() if isinstance(getattr(p, "timing", None), DummyTiming))
     monkeypatch.setattr(backend, "timing", DummyTiming(step_ms=50))
 
 
