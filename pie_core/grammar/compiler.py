@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +40,10 @@ CACHE_SIZE = 128
 """Compiled grammars kept per compiler (least recently used dropped first)."""
 
 COMPILE_THREADS = 2
+QUEUE_WAIT_S = 60.0
+"""How long a grammar may wait for a compile thread (or its time limit, if longer) before the
+compile is refused as busy: the time limit itself counts from the compilation's start."""
+_POLL_S = 0.5
 """Worker threads compiling grammars, shared by every model."""
 
 _pool: ThreadPoolExecutor | None = None
@@ -72,6 +77,7 @@ class GrammarCompiler:
         self._build_lock = threading.Lock()  # guards building the vocabulary (seconds, in a worker)
         self._cache: OrderedDict[GrammarSource, Future[xgr.CompiledGrammar]] = OrderedDict()
         self._xgr: xgr.GrammarCompiler | None = None
+        self._started: dict[GrammarSource, float] = {}  # running compilations: time.monotonic() at start
 
     def submit(self, source: GrammarSource, user: str | None = None) -> Future[xgr.CompiledGrammar]:
         """Start compiling ``source`` (or return the cached/in-flight compilation); ``user``'s
@@ -92,24 +98,54 @@ class GrammarCompiler:
 
         Args:
             source: The grammar.
-            timeout: Seconds to wait (default :data:`DEFAULT_TIMEOUT_S`).
+            timeout: Seconds the compilation may run (default :data:`DEFAULT_TIMEOUT_S`),
+                counted from when a compile thread starts it: a grammar queued behind others (at
+                most :data:`QUEUE_WAIT_S` more) is not judged too complex for the wait.
 
         Raises:
-            InvalidInput: The grammar does not compile, or not within ``timeout``.
+            InvalidInput: The grammar does not compile, or not within ``timeout``, or the compile
+                threads stayed busy with other grammars.
         """
         limit = check_timeout(timeout)
         future = self.submit(source)
-        if not future.done():
-            await _wait(future, limit, source)
+        queued = time.monotonic()
+        while not future.done():
+            await _wait(future, self._remaining(source, limit, queued))
         return future.result()
 
     def compile_blocking(self, source: GrammarSource, timeout: float | None = None) -> xgr.CompiledGrammar:
-        """Compile, blocking the calling thread (for synchronous APIs); same errors as :meth:`compile`."""
+        """Compile, blocking the calling thread (for synchronous APIs); same limits and errors as
+        :meth:`compile`."""
         limit = check_timeout(timeout)
-        try:
-            return self.submit(source).result(timeout=limit)
-        except FutureTimeout:
-            raise _too_slow(source, limit) from None
+        future = self.submit(source)
+        queued = time.monotonic()
+        while True:
+            try:
+                return future.result(timeout=self._remaining(source, limit, queued))
+            except FutureTimeout:
+                pass
+
+    def _remaining(self, source: GrammarSource, limit: float, queued: float) -> float:
+        """Seconds to wait for ``source`` before looking again (at most :data:`_POLL_S`).
+
+        Raises:
+            InvalidInput: It ran ``limit`` seconds, or waited :data:`QUEUE_WAIT_S` (at least
+                ``limit``) for a thread.
+        """
+        now = time.monotonic()
+        started = self._started.get(source)
+        if started is not None:
+            left = started + limit - now
+            if left <= 0:
+                raise _too_slow(source, limit)
+        else:
+            left = queued + max(limit, QUEUE_WAIT_S) - now
+            if left <= 0:
+                raise InvalidInput(
+                    f"the {source.describe()} waited {max(limit, QUEUE_WAIT_S):g} s for a compile thread: the "
+                    "grammar compiler is busy with other grammars; try again"
+                )
+        return min(left, limit, _POLL_S)  # looks again within the limit of a compilation that starts meanwhile
 
     def cached(self, source: GrammarSource) -> bool:
         """Whether ``source`` has compiled successfully and is in the cache."""
@@ -118,11 +154,14 @@ class GrammarCompiler:
         return found is not None and found.done() and found.exception() is None
 
     def _compile(self, source: GrammarSource) -> xgr.CompiledGrammar:
-        grammar = build(source)
+        self._started[source] = time.monotonic()
         try:
+            grammar = build(source)
             return self._compiler().compile_grammar(grammar)
         except (RuntimeError, ValueError) as e:
             raise InvalidInput(f"cannot compile the {source.describe()}: {clean_error(e)}") from None
+        finally:
+            self._started.pop(source, None)
 
     def _compiler(self) -> xgr.GrammarCompiler:
         with self._build_lock:
@@ -196,7 +235,8 @@ def _too_slow(source: GrammarSource, limit: float) -> InvalidInput:
     )
 
 
-async def _wait(future: Future[xgr.CompiledGrammar], limit: float, source: GrammarSource) -> None:
+async def _wait(future: Future[xgr.CompiledGrammar], seconds: float) -> None:
+    """Until ``future`` is done or ``seconds`` passed, without blocking the loop."""
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[None] = loop.create_future()
 
@@ -208,9 +248,9 @@ async def _wait(future: Future[xgr.CompiledGrammar], limit: float, source: Gramm
 
     future.add_done_callback(wake)
     try:
-        await asyncio.wait_for(woken, limit)
+        await asyncio.wait_for(woken, seconds)
     except TimeoutError:
-        raise _too_slow(source, limit) from None
+        pass
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

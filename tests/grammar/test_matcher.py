@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import numpy as np
 import pytest
 
@@ -163,3 +164,36 @@ def test_a_grammar_too_complex_for_the_time_limit_is_a_clear_error(model):
     for bad in (0, -1, "soon"):
         with pytest.raises(InvalidInput, match="compile timeout must be > 0"):
             check_timeout(bad)  # type: ignore[arg-type]
+
+
+def _busy_compile_threads(seconds: float) -> list:
+    """Both compile threads asleep for ``seconds`` (another user's long compilations)."""
+    from pie_core.grammar import compiler
+
+    return [compiler._executor().submit(time.sleep, seconds) for _ in range(compiler.COMPILE_THREADS)]
+
+
+def test_the_time_limit_counts_from_the_compilation_s_start_not_its_wait_for_a_thread(model):
+    """A grammar queued behind others is not "too complex" for the wait: on a loaded server 20
+    schemas of one request queued behind each other and the last ones failed (CI, issue 35)."""
+    comp = compiler_for(model.tokenizer, model.spec.vocab_size, _stops(model))
+    comp.compile_blocking(source.regex(r"warm"))  # the vocabulary is built once, outside the limits below
+    busy = _busy_compile_threads(1.5)
+    assert asyncio.run(comp.compile(source.regex(r"queued-[0-9]{3}"), timeout=1.0)) is not None
+    for b in busy:
+        b.result()
+    busy = _busy_compile_threads(1.5)
+    assert comp.compile_blocking(source.regex(r"queued-blocking-[0-9]{3}"), timeout=1.0) is not None
+
+
+def test_a_grammar_that_finds_no_free_compile_thread_is_refused_as_busy(model, monkeypatch):
+    from pie_core.grammar import compiler
+
+    comp = compiler_for(model.tokenizer, model.spec.vocab_size, _stops(model))
+    comp.compile_blocking(source.regex(r"warm"))
+    monkeypatch.setattr(compiler, "QUEUE_WAIT_S", 0.3)
+    busy = _busy_compile_threads(2.0)
+    with pytest.raises(InvalidInput, match="waited 0.3 s for a compile thread: the grammar compiler is busy"):
+        asyncio.run(comp.compile(source.regex(r"never-started-[0-9]{3}"), timeout=0.2))
+    for b in busy:
+        b.result()
