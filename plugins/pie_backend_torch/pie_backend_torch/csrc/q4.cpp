@@ -304,6 +304,23 @@ void quantise_row8(const float* x, int64_t K, int8_t* q, float* step, int32_t* i
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// One x row's block against a block of 16 rows of unsigned weights u = w + offset (8 chunks: inputs
+// 0..15, then 16..31): acc += (sum u x - offset sum x) * scale * xstep per 16 inputs. q8 and q5
+// share it, so their float steps are the same.
+inline __m512 int8_block(__m512 acc, const __m512i* w, const int8_t* xb, const int32_t* is, const float* xs, int offset,
+                         __m512 s0, __m512 s1) {
+  __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(four_bytes(xb)));
+  __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(four_bytes(xb + 16)));
+  for (int c = 1; c < 4; ++c) {
+    d0 = _mm512_dpbusd_epi32(d0, w[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
+    d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
+  }
+  d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(offset * is[0]));
+  d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(offset * is[1]));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s0, _mm512_set1_ps(xs[0])), acc);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s1, _mm512_set1_ps(xs[1])), acc);
+}
+
 template <int R>
 void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const float* xstep, const int32_t* isum,
              float* out, int64_t ldo, int64_t width, const float* bias) {
@@ -316,21 +333,8 @@ void q8_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const fl
     for (int c = 0; c < 8; ++c) w[c] = _mm512_loadu_si512(p + 64 * c);
     const __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 512)));
     const __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 544)));
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xb = xq + r * K + b * kBlock;
-      __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(four_bytes(xb)));
-      __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(four_bytes(xb + 16)));
-      for (int c = 1; c < 4; ++c) {
-        d0 = _mm512_dpbusd_epi32(d0, w[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
-        d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
-      }
-      const int32_t* is = isum + r * 2 * nb + 2 * b;
-      const float* xs = xstep + r * 2 * nb + 2 * b;
-      d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(128 * is[0]));
-      d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(128 * is[1]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s0, _mm512_set1_ps(xs[0])), acc[r]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s1, _mm512_set1_ps(xs[1])), acc[r]);
-    }
+    for (int r = 0; r < R; ++r)
+      acc[r] = int8_block(acc[r], w, xq + r * K + b * kBlock, isum + r * 2 * nb + 2 * b, xstep + r * 2 * nb + 2 * b, 128, s0, s1);
   }
   const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
   const __m512 bv = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
@@ -478,21 +482,8 @@ void q5_tile(const uint8_t* g, int64_t nb, const int8_t* xq, int64_t K, const fl
       w[c] = _mm512_mask_add_epi8(w[c], _cvtu64_mask64(bits), w[c], bit4);
     }
     const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 320)));
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xb = xq + r * K + b * kBlock;
-      __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(four_bytes(xb)));
-      __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(four_bytes(xb + 16)));
-      for (int c = 1; c < 4; ++c) {
-        d0 = _mm512_dpbusd_epi32(d0, w[c], _mm512_set1_epi32(four_bytes(xb + 4 * c)));
-        d1 = _mm512_dpbusd_epi32(d1, w[4 + c], _mm512_set1_epi32(four_bytes(xb + 16 + 4 * c)));
-      }
-      const int32_t* is = isum + r * 2 * nb + 2 * b;
-      const float* xs = xstep + r * 2 * nb + 2 * b;
-      d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(16 * is[0]));
-      d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(16 * is[1]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(s, _mm512_set1_ps(xs[0])), acc[r]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(s, _mm512_set1_ps(xs[1])), acc[r]);
-    }
+    for (int r = 0; r < R; ++r)
+      acc[r] = int8_block(acc[r], w, xq + r * K + b * kBlock, isum + r * 2 * nb + 2 * b, xstep + r * 2 * nb + 2 * b, 16, s, s);
   }
   const __mmask16 k = static_cast<__mmask16>((1u << width) - 1);
   const __m512 bv = bias ? _mm512_maskz_loadu_ps(k, bias) : _mm512_setzero_ps();
