@@ -22,6 +22,10 @@ class Table:
         self._record = record
         self._entry = entry
 
+    @property
+    def rows(self) -> list[list[Any]]:
+        return self._entry["rows"]
+
     def add(self, *cells: Any) -> None:
         if len(cells) != len(self._entry["columns"]):
             raise ValueError(f"table {self._entry['title']!r} has {len(self._entry['columns'])} columns, got {len(cells)} cells")

@@ -76,3 +76,25 @@ def test_hbm_floor_counts_every_weight_of_qwen25_05b_once() -> None:
     assert datasheet_bandwidth("NVIDIA H100 PCIe") == 2.0e12
     assert datasheet_bandwidth("NVIDIA H200") == 4.8e12
     assert datasheet_bandwidth("Some CPU") is None
+
+
+def test_failed_conformance_cases_reach_the_report(tmp_path: Path, monkeypatch) -> None:
+    from benchmarks.gpu import conformance_runs
+    from benchmarks.gpu.record import Record
+    from benchmarks.gpu.settings import TINY, Settings
+
+    def fake_run(settings, backend, dtype, options, report: Path) -> list[str]:
+        data = {"totals": {"passed": 1, "failed": 1, "not_supported": 0},
+                "cases": [{"case": "test_forward[qwen2]", "outcome": "failed", "reason": "logits differ"},
+                          {"case": "test_batching[qwen2]", "outcome": "passed", "reason": ""}]}
+        return [sys.executable, "-c", f"import pathlib; pathlib.Path({str(report)!r}).write_text({json.dumps(data)!r}); "
+                                      "raise SystemExit(1)"]
+
+    monkeypatch.setattr(conformance_runs, "_command", fake_run)
+    settings = Settings(device="cpu", tiny=True, work=str(tmp_path), deadline=__import__("time").time() + 60, sizes=TINY)
+    record = Record()
+    conformance_runs.run(settings, record)
+    runs, failures = record.data["tables"]
+    assert failures["rows"] == [["torch-cpu-float32", "test_forward[qwen2]", "logits differ"]]
+    assert runs["rows"][0][2] == "failed (exit 1)" and runs["rows"][0][4] == 1
+    assert [c["ok"] for c in record.data["checks"]] == [False]
