@@ -15,7 +15,9 @@ phase leaves unused goes to the next):
    CUDA graphs on, on CUDA), and the tensorrt backend under each GPU provider ONNX Runtime has;
 5. ``exactness``: logits and greedy tokens against transformers on the same device and weights;
 6. ``throughput``: decode tok/s at each concurrency with and without CUDA graphs against
-   transformers ``generate``, and the batch-1 step against the HBM floor.
+   transformers ``generate``, and the batch-1 step against the HBM floor;
+7. ``profile``: where a decode step's time goes (torch.profiler and cProfile of the backend step,
+   cProfile of the engine), for the next fixes.
 
 Each phase but the first runs in a child process (:mod:`.phase`): a crash or a poisoned CUDA
 context ends that phase only, and what it recorded survives it. ``report.json`` and
@@ -43,10 +45,10 @@ from benchmarks.gpu.settings import FULL, TINY, Settings
 
 __all__ = ["main", "SHARES", "NEEDS"]
 
-SHARES = {"install": 0.03, "environment": 0.05, "models": 0.07, "conformance": 0.30, "exactness": 0.17,
-          "throughput": 0.38}
+SHARES = {"install": 0.03, "environment": 0.05, "models": 0.07, "conformance": 0.25, "exactness": 0.15,
+          "throughput": 0.33, "profile": 0.12}
 """Each phase's share of the budget; its deadline is the start plus the budget times the shares so far."""
-NEEDS = {"exactness": ("models",), "throughput": ("environment", "models")}
+NEEDS = {"exactness": ("models",), "throughput": ("environment", "models"), "profile": ("models",)}
 """Phases that cannot run unless these completed."""
 GRACE_S = 10.0
 """How long past its deadline a phase may take to stop by itself before it is killed."""

@@ -24,6 +24,7 @@ PHASES = {
     "conformance": "benchmarks.gpu.conformance_runs:run",
     "exactness": "benchmarks.gpu.exactness:run",
     "throughput": "benchmarks.gpu.throughput:run",
+    "profile": "benchmarks.gpu.profile:run",
 }
 """Phase name -> ``module:function``, in the order the check runs them."""
 

@@ -10,7 +10,9 @@ while the previous batch runs, and a step ends when its sampled tokens are on th
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any, Callable, ContextManager
 
 import numpy as np
 
@@ -35,8 +37,9 @@ def kv_bytes_per_token(spec, element_size: int) -> int:
 
 
 def decode_steps(backend, vocab: int, requests: int, prompt: int, warmup: int, steps: int,
-                 seed: int = 0) -> dict[str, float]:
-    """Prefill ``requests`` random prompts of ``prompt`` tokens, then ``warmup + steps`` decode steps.
+                 seed: int = 0, around: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> dict[str, float]:
+    """Prefill ``requests`` random prompts of ``prompt`` tokens, then ``warmup + steps`` decode steps,
+    the measured ``steps`` inside ``around()`` (a profiler, say).
 
     Returns:
         ``step_ms`` (median of the measured steps), ``step_ms_min``, ``prefill_ms`` and ``tps``
@@ -61,10 +64,12 @@ def decode_steps(backend, vocab: int, requests: int, prompt: int, warmup: int, s
         return time.perf_counter() - t0, np.asarray(out.tokens)
 
     prefill_s, last = step([rng.integers(0, vocab, prompt, dtype=np.int32) for _ in range(requests)], 0)
+    for i in range(warmup):
+        _, last = step([np.array([t], dtype=np.int32) for t in last], prompt + i)
     times = []
-    for i in range(warmup + steps):
-        seconds, last = step([np.array([t], dtype=np.int32) for t in last], prompt + i)
-        if i >= warmup:
+    with around():
+        for i in range(warmup, warmup + steps):
+            seconds, last = step([np.array([t], dtype=np.int32) for t in last], prompt + i)
             times.append(seconds)
     median = float(np.median(times))
     return {"step_ms": median * 1e3, "step_ms_min": min(times) * 1e3, "prefill_ms": prefill_s * 1e3,

@@ -15,7 +15,7 @@ from benchmarks.gpu.install import ROOT, install_wheels, write_tree_metadata
 from benchmarks.gpu.settings import QWEN25_05B
 from benchmarks.gpu.step_loop import weight_bytes
 
-PHASES = ["install", "environment", "models", "conformance", "exactness", "throughput"]
+PHASES = ["install", "environment", "models", "conformance", "exactness", "throughput", "profile"]
 
 
 def test_cpu_dry_run_completes_every_phase_and_reports_them(tmp_path: Path) -> None:
