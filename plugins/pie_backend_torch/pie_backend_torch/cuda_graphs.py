@@ -73,10 +73,20 @@ class EagerCapture:
 
 @dataclass(slots=True)
 class _Step:
-    """Static buffers of one bucket, and its captured replay."""
+    """Static buffers of one bucket, and its captured replay.
 
-    ids: torch.Tensor  # int64 [B]
+    The step's inputs live in two device blocks (int64: token ids and write slots; int32: positions,
+    write slots within the request, KV lengths, page table pointers and page ids), of which the
+    plan's tensors are views. A step fills the same layout in host staging blocks (pinned on CUDA)
+    and copies each with one asynchronous copy: no host synchronisation before the replay."""
+
+    ids: torch.Tensor  # int64 [B], a view of dev64
     plan: TritonPlan
+    host64: torch.Tensor
+    host32: torch.Tensor
+    dev64: torch.Tensor
+    dev32: torch.Tensor
+    copied: Any = None  # CUDA event recorded after the last staging copy (None on a CPU)
     replay: Callable[[], None] | None = None
     logits: torch.Tensor | None = None
 
@@ -122,37 +132,45 @@ class DecodeGraphs:
         bucket = next(b for b in BUCKETS if b >= r)
         step = self.steps.get(bucket) or self._capture(bucket)
         index = write_slots(batch, self.cache.page_size)
-        self.cache.write_positions(index, batch.positions)
+        self.cache.write_positions(index, batch.positions, device=False)  # the graph writes the device's
         self._fill(step, batch, index)
         assert step.replay is not None and step.logits is not None
         step.replay()
+        if len(rows) == r:  # every row (rows are sorted token indices): no index to copy over
+            return step.logits[:r], None
         return step.logits.index_select(0, torch.from_numpy(rows).to(step.logits.device)), None
 
     def _buffers(self, bucket: int) -> _Step:
         dev = self.model.config.device
-        ps = self.cache.page_size
         spec = self.model.spec
-
-        def zeros(n: int, dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros(n, dtype=dtype, device=dev)
-
-        arange = torch.arange(bucket, dtype=torch.int32, device=dev)
+        b = bucket
+        pinned = dev.type == "cuda"
+        host64 = torch.empty(2 * b, dtype=torch.int64, pin_memory=pinned)
+        host32 = torch.empty(4 * b + 1 + b * self.max_pages, dtype=torch.int32, pin_memory=pinned)
+        h64, h32 = host64.numpy(), host32.numpy()
+        h64[:b], h64[b:] = 0, self.scratch_page * self.cache.page_size  # ids, write index
+        h32[: 2 * b] = 0  # positions, write slots
+        h32[2 * b : 3 * b] = 1  # kv lengths
+        h32[3 * b : 4 * b + 1] = np.arange(b + 1)  # page table pointers
+        h32[4 * b + 1 :] = self.scratch_page  # page ids
+        dev64, dev32 = host64.to(dev), host32.to(dev)
+        arange = torch.arange(b, dtype=torch.int32, device=dev)
         plan = TritonPlan(
-            write_index=torch.full((bucket,), self.scratch_page * ps, dtype=torch.int64, device=dev),
-            positions=zeros(bucket, torch.int32),
-            write_slots=zeros(bucket, torch.int32),
-            qo_indptr=torch.arange(bucket + 1, dtype=torch.int32, device=dev),
-            page_indptr=torch.arange(bucket + 1, dtype=torch.int32, device=dev),
-            page_indices=torch.full((bucket * self.max_pages,), self.scratch_page, dtype=torch.int32, device=dev),
-            kv_len=torch.ones(bucket, dtype=torch.int32, device=dev),
-            mask_indptr=zeros(bucket + 1, torch.int64),
-            mask_data=zeros(1, torch.uint8),
+            write_index=dev64[b:],
+            positions=dev32[:b],
+            write_slots=dev32[b : 2 * b],
+            qo_indptr=torch.arange(b + 1, dtype=torch.int32, device=dev),
+            page_indptr=dev32[3 * b : 4 * b + 1],
+            page_indices=dev32[4 * b + 1 :],
+            kv_len=dev32[2 * b : 3 * b],
+            mask_indptr=torch.zeros(b + 1, dtype=torch.int64, device=dev),
+            mask_data=torch.zeros(1, dtype=torch.uint8, device=dev),
             tile_req=arange,
             tile_start=arange.clone(),
             block_m=tile_block_m(spec.num_heads // spec.num_kv_heads, 1),
             window=self.model.window,
         )
-        return _Step(ids=zeros(bucket, torch.int64), plan=plan)
+        return _Step(ids=dev64[:b], plan=plan, host64=host64, host32=host32, dev64=dev64, dev32=dev32)
 
     def _capture(self, bucket: int) -> _Step:
         step = self._buffers(bucket)
@@ -160,7 +178,9 @@ class DecodeGraphs:
         all_rows = np.arange(bucket)
 
         def run() -> torch.Tensor:
-            rot = {s: device_rotation(self.inv[s], step.plan.positions) for s in (False, True)}
+            plan = step.plan
+            self.cache.device.pos.view(-1).index_copy_(0, plan.write_index, plan.positions)  # padding: scratch page
+            rot = {s: device_rotation(self.inv[s], plan.positions) for s in (False, True)}
             logits, _ = model.head(model.layers(step.ids, rot, step.plan), all_rows, None)
             return logits
 
@@ -169,23 +189,29 @@ class DecodeGraphs:
         return step
 
     def _fill(self, step: _Step, batch: ForwardBatch, index: np.ndarray) -> None:
-        """Copy the step into the static buffers; rows past the batch decode into the scratch page."""
-        r, bucket = batch.num_requests, step.ids.shape[0]
-        ps = self.cache.page_size
-        counts = np.diff(batch.kv_page_indptr).astype(np.int64)
-        pad = bucket - r
-        kv_len = (counts - 1) * ps + batch.kv_last_page_len
-        host = {
-            "ids": np.concatenate([batch.token_ids, np.zeros(pad)]).astype(np.int64),
-            "positions": np.concatenate([batch.positions, np.zeros(pad)]).astype(np.int32),
-            "write_slots": np.concatenate([batch.kv_write_slots, np.zeros(pad)]).astype(np.int32),
-            "write_index": np.concatenate([index, np.full(pad, self.scratch_page * ps)]).astype(np.int64),
-            "kv_len": np.concatenate([kv_len, np.ones(pad)]).astype(np.int32),
-            "page_indptr": np.concatenate([batch.kv_page_indptr, batch.kv_page_indptr[-1] + np.arange(1, pad + 1)]).astype(np.int32),
-        }
-        pages = np.concatenate([batch.kv_page_indices, np.full(pad, self.scratch_page)]).astype(np.int32)
-        plan = step.plan
-        step.ids.copy_(torch.from_numpy(host["ids"]))
-        for name in ("positions", "write_slots", "write_index", "kv_len", "page_indptr"):
-            getattr(plan, name).copy_(torch.from_numpy(host[name]))
-        plan.page_indices[: len(pages)].copy_(torch.from_numpy(pages))
+        """Stage the step in the host blocks and copy them over; rows past the batch decode into the
+        scratch page."""
+        r, b = batch.num_requests, step.ids.shape[0]
+        if step.copied is not None:
+            step.copied.synchronize()  # the last step's copy has left the staging blocks (long since, in practice)
+        h64, h32 = step.host64.numpy(), step.host32.numpy()
+        h64[:r], h64[r:b] = batch.token_ids, 0
+        h64[b : b + r], h64[b + r :] = index, self.scratch_page * self.cache.page_size
+        h32[:r], h32[r:b] = batch.positions, 0
+        h32[b : b + r], h32[b + r : 2 * b] = batch.kv_write_slots, 0
+        counts = np.diff(batch.kv_page_indptr)
+        h32[2 * b : 2 * b + r] = (counts - 1) * self.cache.page_size + batch.kv_last_page_len
+        h32[2 * b + r : 3 * b] = 1
+        indptr = batch.kv_page_indptr
+        h32[3 * b : 3 * b + r + 1] = indptr
+        h32[3 * b + r + 1 : 4 * b + 1] = indptr[-1] + np.arange(1, b - r + 1)
+        start = 4 * b + 1
+        n = len(batch.kv_page_indices)
+        h32[start : start + n] = batch.kv_page_indices
+        h32[start + n : start + n + b - r] = self.scratch_page
+        used = start + n + b - r
+        step.dev64.copy_(step.host64, non_blocking=True)
+        step.dev32[:used].copy_(step.host32[:used], non_blocking=True)
+        if step.host32.is_pinned():
+            step.copied = step.copied or torch.cuda.Event()
+            step.copied.record()

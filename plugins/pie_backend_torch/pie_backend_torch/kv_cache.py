@@ -133,10 +133,11 @@ class KvCache:
         ks.index_copy_(1, index, k.transpose(0, 1).to(ks.dtype))
         vs.index_copy_(1, index, v.transpose(0, 1).to(vs.dtype))
 
-    def write_positions(self, index: np.ndarray, positions: np.ndarray) -> None:
-        """Record the RoPE positions of the flat slots written this pass."""
+    def write_positions(self, index: np.ndarray, positions: np.ndarray, device: bool = True) -> None:
+        """Record the RoPE positions of the flat slots written this pass (``device=False``: in the
+        host mirror only, for a caller that writes the device's copy itself, as a decode graph does)."""
         self.positions.reshape(-1)[index] = positions
-        if self.device.pos.device.type != "cpu":
+        if device and self.device.pos.device.type != "cpu":
             self.device.pos.view(-1)[torch.from_numpy(index).to(self.device.pos.device)] = torch.from_numpy(
                 np.ascontiguousarray(positions, dtype=np.int32)
             ).to(self.device.pos.device)

@@ -70,3 +70,17 @@ def test_the_scratch_page_is_not_addressable():
     assert backend._cache.scratch_page == caps.num_pages
     with pytest.raises(ValueError, match="out of range"):
         backend.pie_backend_copy_pages(0, np.array([caps.num_pages]), np.array([0]))
+
+
+def test_a_graphed_step_writes_its_slot_positions_into_the_device_pool():
+    import torch
+
+    spec = spec_of("qwen2")
+    backend = _graphed(spec)
+    cache = backend._cache
+    cache.device.pos = torch.full_like(cache.device.pos, -1)  # apart from the host mirror, as on a GPU
+    reqs = [kv_request([5], [3, 7], PAGE, start=6), kv_request([9], [12], PAGE, start=2)]  # bucket 2
+    run(backend, reqs)
+    pos = cache.device.pos
+    assert int(pos[7, 2]) == 6 and int(pos[12, 2]) == 2  # slot (page, offset) of position 6 and 2
+    assert int((pos[: cache.scratch_page] >= 0).sum()) == 2  # nothing else written (padding: the scratch page)
