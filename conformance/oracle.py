@@ -19,6 +19,12 @@ transformers' math for each family:
 - the final ``rms(x) * output_norm`` is the embedding; logits are it times ``output`` (or
   ``token_embd`` when tied), through ``final_softcap * tanh(z / cap)`` when set.
 
+With ``rounding="bfloat16"`` it rounds (to nearest even) where a bfloat16 backend must: the
+weights, every matmul's inputs and outputs, the stored K/V and the logits, and nothing else (norms,
+RoPE, softmax and sums stay float64). That is the most faithful bfloat16 implementation there can
+be; its distance to the float64 oracle is what the suite's bfloat16 tolerance is derived from
+(``tests/conformance/test_tolerances.py``).
+
 It reads the cases' :class:`~pie_core.scheduler.request.ForwardRequest` objects directly (page
 list, last page length, write slots, positions, bool mask), so it does not run the core's batch
 assembly either. Its KV store keeps float64 K and V and the position written to every slot.
@@ -35,7 +41,22 @@ from pie_core.hookspec import CopyKind
 from pie_core.models.spec import ModelSpec
 from pie_core.scheduler.request import ForwardRequest
 
-__all__ = ["Oracle", "OracleRows", "inverse_frequencies"]
+__all__ = ["Oracle", "OracleRows", "inverse_frequencies", "round_bfloat16", "ROUNDINGS"]
+
+
+def round_bfloat16(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to the nearest bfloat16 (ties to even), as float64."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _exact(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+ROUNDINGS = {None: _exact, "bfloat16": round_bfloat16}
+"""The oracle's ``rounding`` choices: where a low-precision backend must round, to what."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +124,11 @@ class Oracle:
         spec: The architecture.
         weights: Canonical-name weights (as :func:`conformance.models.random_weights` yields).
         num_pages, num_host_pages, page_size: The pool, as the backend under test was given it.
+        rounding: None (float64 throughout), or ``"bfloat16"`` (see the module's notes).
 
     Raises:
-        ValueError: A weight the architecture needs is missing or misshapen.
+        ValueError: A weight the architecture needs is missing or misshapen, or the rounding is
+            unknown.
     """
 
     def __init__(
@@ -115,10 +138,14 @@ class Oracle:
         num_pages: int,
         num_host_pages: int,
         page_size: int,
+        rounding: str | None = None,
     ) -> None:
+        if rounding not in ROUNDINGS:
+            raise ValueError(f"unknown rounding {rounding!r}; choose from {list(ROUNDINGS)}")
         self.spec = spec
         self.page_size = page_size
-        self.w = {name: np.asarray(a, dtype=np.float64) for name, a in weights}
+        self.r = ROUNDINGS[rounding]
+        self.w = {name: self.r(np.asarray(a, dtype=np.float64)) for name, a in weights}
         self._check_weights()
         shape = (spec.num_layers, num_pages, page_size, spec.num_kv_heads, spec.head_dim)
         host = (spec.num_layers, num_host_pages, page_size, spec.num_kv_heads, spec.head_dim)
@@ -239,7 +266,7 @@ class Oracle:
             x = self._layer(layer, x, positions, w_page, w_off, slot_page, slot_off, visible)
         hidden = _rms(x, self.w["output_norm.weight"], s.rms_norm_eps)
         head = self.w["token_embd.weight" if s.tie_embeddings else "output.weight"]
-        logits = hidden @ head.T
+        logits = self.r(self.r(hidden) @ head.T)
         if s.final_softcap:
             logits = s.final_softcap * np.tanh(logits / s.final_softcap)
         return OracleRows(logits, hidden)
@@ -255,23 +282,23 @@ class Oracle:
         slot_off: np.ndarray,
         visible: np.ndarray,
     ) -> np.ndarray:
-        s, w, p = self.spec, self.w, f"blk.{layer}."
+        s, w, p, r = self.spec, self.w, f"blk.{layer}.", self.r
         n, hd, kvh = x.shape[0], s.head_dim, s.num_kv_heads
         group = s.num_heads // kvh
 
         def proj(name: str, a: np.ndarray) -> np.ndarray:
             out = a @ w[p + name + ".weight"].T
             bias = w.get(p + name + ".bias")
-            return out if bias is None else out + bias
+            return r(out if bias is None else out + bias)
 
-        h = _rms(x, w[p + "attn_norm.weight"], s.rms_norm_eps)
+        h = r(_rms(x, w[p + "attn_norm.weight"], s.rms_norm_eps))
         q = proj("attn_q", h).reshape(n, s.num_heads, hd)
         k = proj("attn_k", h).reshape(n, kvh, hd)
         v = proj("attn_v", h).reshape(n, kvh, hd)
         if s.qk_norm:
             q = _rms(q, w[p + "attn_q_norm.weight"], s.rms_norm_eps)
             k = _rms(k, w[p + "attn_k_norm.weight"], s.rms_norm_eps)
-        q, k = _rotate(q, positions, self.freq[layer]), _rotate(k, positions, self.freq[layer])
+        q, k = r(_rotate(q, positions, self.freq[layer])), r(_rotate(k, positions, self.freq[layer]))
         self.k[layer, w_page, w_off] = k
         self.v[layer, w_page, w_off] = v
         keys = self.k[layer, slot_page, slot_off]  # [kv_len, kvh, hd]
@@ -280,16 +307,17 @@ class Oracle:
         if s.attn_softcap:
             scores = s.attn_softcap * np.tanh(scores / s.attn_softcap)
         scores = np.where(visible[:, None, None, :], scores, -np.inf)
-        attended = np.einsum("nagk,kad->nagd", _softmax_last(scores), values).reshape(n, s.num_heads * hd)
-        o = attended @ w[p + "attn_output.weight"].T
+        attended = r(np.einsum("nagk,kad->nagd", _softmax_last(scores), values).reshape(n, s.num_heads * hd))
+        o = r(attended @ w[p + "attn_output.weight"].T)
         if s.sandwich_norm:
             o = _rms(o, w[p + "post_attention_norm.weight"], s.rms_norm_eps)
         x = x + o
-        h = _rms(x, w[p + "ffn_norm.weight"], s.rms_norm_eps)
+        h = r(_rms(x, w[p + "ffn_norm.weight"], s.rms_norm_eps))
         act = _gelu_tanh if s.hidden_act == "gelu_tanh" else _silu
         if s.hidden_act not in ("silu", "gelu_tanh"):
             raise ValueError(f"the oracle knows hidden_act silu and gelu_tanh, not {s.hidden_act!r}")
-        m = (act(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+        gate, up = r(h @ w[p + "ffn_gate.weight"].T), r(h @ w[p + "ffn_up.weight"].T)
+        m = r(r(act(gate) * up) @ w[p + "ffn_down.weight"].T)
         if s.sandwich_norm:
             m = _rms(m, w[p + "post_ffw_norm.weight"], s.rms_norm_eps)
         return x + m

@@ -39,9 +39,12 @@ class Tolerance:
 TOLERANCES: dict[str, Tolerance] = {
     "float32": Tolerance(atol=1e-3, rtol=1e-3),
     "float16": Tolerance(atol=3e-2, rtol=2e-2),
-    "bfloat16": Tolerance(atol=1.5e-1, rtol=5e-2),
+    "bfloat16": Tolerance(atol=3e-1, rtol=5e-2),
 }
-"""Tolerance per compute dtype (``Capabilities.dtype``)."""
+"""Tolerance per compute dtype (``Capabilities.dtype``). The bfloat16 row admits the oracle rounded
+where a bfloat16 backend must (``Oracle(..., rounding="bfloat16")``: it needs atol up to ~0.19
+beside rtol 0.05 on the suite's models) with 1.5x room, and no more than 3x
+(``tests/conformance/test_tolerances.py``)."""
 
 
 def tolerance_for(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
