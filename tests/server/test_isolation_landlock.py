@@ -58,3 +58,29 @@ def test_confinement_is_inherited_by_what_the_worker_starts(tmp_path):
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "nothing"]
+
+
+def test_a_confined_worker_makes_files_and_folders_but_no_fifo_or_socket(tmp_path):
+    """A FIFO in a user's scratch would block whoever opens it (a wasm guest's WASI read cannot be
+    interrupted), so the write rights stop at regular files, folders and links."""
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = ("import os, socket\n"
+            "from pie_core.runtime.process import landlock\n"
+            f"landlock.confine([], [{str(scratch)!r}])\n"
+            f"os.chdir({str(scratch)!r})\n"
+            "open('file', 'w').write('x'); os.mkdir('folder')\n"
+            "for name, make in (('fifo', lambda: os.mkfifo('fifo')),\n"
+            "                   ('socket', lambda: socket.socket(socket.AF_UNIX).bind('sock'))):\n"
+            "    try:\n"
+            "        make()\n"
+            "        print(name, 'made')\n"
+            "    except PermissionError:\n"
+            "        print(name, 'denied')\n")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["fifo", "denied", "socket", "denied"]
+    assert sorted(p.name for p in scratch.iterdir()) == ["file", "folder"]

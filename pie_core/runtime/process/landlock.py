@@ -28,6 +28,7 @@ _ABI1 = (1 << 13) - 1  # execute .. make_sym
 _REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | _TRUNCATE | _IOCTL_DEV  # rights a rule on a file may carry
 _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+_MAKE_SPECIAL = (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11)  # character devices, sockets, FIFOs, block devices
 
 READ = EXECUTE | READ_FILE | READ_DIR
 
@@ -74,8 +75,9 @@ def _handled_fs(abi: int) -> int:
 
 def confine(read: Iterable[str], write: Iterable[str]) -> int:
     """Restrict the calling process's filesystem access to ``read`` (read and execute beneath
-    each path) and ``write`` (every right beneath each path); paths that do not exist are
-    skipped. From ABI 6 on, the process also may no longer signal processes outside its
+    each path) and ``write`` (every right beneath each path but making FIFOs, sockets and device
+    nodes: a FIFO left in a user's scratch would block whoever opens it, a wasm guest's native
+    WASI read included); paths that do not exist are skipped. From ABI 6 on, the process also may no longer signal processes outside its
     domain (the server, other workers) or reach their abstract Unix sockets.
 
     Returns:
@@ -92,7 +94,7 @@ def confine(read: Iterable[str], write: Iterable[str]) -> int:
     attr = _RulesetAttr(handled, 0, (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
     ruleset = _syscall("create_ruleset", ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)), ctypes.c_long(0))
     try:
-        for paths, rights in ((read, READ), (write, handled)):
+        for paths, rights in ((read, READ), (write, handled & ~_MAKE_SPECIAL)):
             for path in paths:
                 _add_path(ruleset, path, rights & handled)
         if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0),
