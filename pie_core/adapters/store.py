@@ -10,7 +10,9 @@ worker (:meth:`~pie_core.backend.BackendWorker.enqueue_op`): it runs on the back
 the batch in flight and before any pass submitted later, so callers need not wait for it.
 
 An adapter's float32 bytes are charged to its user; ``limit_of(user)`` (set by the server,
-None = unlimited) bounds them.
+None = unlimited) bounds them. A model holds up to :data:`MAX_ADAPTERS` adapters, however few
+its backend holds at once: the backend worker parks idle ones on the host and pages them in by
+use (:mod:`pie_core.backend.adapter_slots`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from pie_core.backend import BackendCalls
 from pie_core.errors import BackendError, InvalidInput, Unsupported
 from pie_core.backend_kit.lora import TARGETS, adapter_bytes
 
-__all__ = ["AdapterRecord", "AdapterStore"]
+__all__ = ["AdapterRecord", "AdapterStore", "MAX_ADAPTERS"]
+
+MAX_ADAPTERS = 1024
+"""Adapters of one model at once, resident on the backend or parked on the host."""
 
 
 @dataclass(eq=False)
@@ -130,8 +135,8 @@ class AdapterStore:
         """A new adapter of ``rank`` over every target, all zeros, on the backend.
 
         Raises:
-            InvalidInput: The name is empty or taken, the rank is out of range, the backend
-                holds as many adapters as it can, or the user's adapter bytes would pass its quota.
+            InvalidInput: The name is empty or taken, the rank is out of range, the model holds
+                :data:`MAX_ADAPTERS` adapters, or the user's adapter bytes would pass its quota.
             Unsupported: The backend does not run adapters.
         """
         if "adapters" not in model.caps.features:
@@ -142,10 +147,10 @@ class AdapterStore:
             raise InvalidInput(f"adapter {name!r} exists; open it with Adapter.open or pick another name")
         self.check_rank(model, rank)
         held = {r.id for r in self._items.values() if r.model is model}
-        if len(held) >= model.caps.max_adapters:
+        if len(held) >= MAX_ADAPTERS:
             raise InvalidInput(
-                f"backend {model.backend!r} holds {model.caps.max_adapters} adapters at most and all are in use; "
-                "release an adapter (drop its handles) first"
+                f"model {model.name!r} holds {MAX_ADAPTERS} adapters at most (its backend {model.caps.max_adapters} at "
+                "once, the rest parked on the host) and all are in use; release an adapter (drop its handles) first"
             )
         record = AdapterRecord(model, user, name, min(set(range(len(held) + 1)) - held), rank, float(alpha))
         self._charge(user, record.bytes)

@@ -68,8 +68,9 @@ class Batcher:
     when a capability limit is reached, or when it has gathered for as long as the last batch
     took (the clock starts when the previous batch returned, or at the first request after an
     idle spell). ``greedy`` fires whatever is queued at once (for debugging). A batch stays
-    within ``max_batch_requests``, ``max_batch_tokens``, ``max_sample_rows`` and
-    ``max_mask_bytes`` (custom-mask entries), except a single request is always taken.
+    within ``max_batch_requests``, ``max_batch_tokens``, ``max_sample_rows``,
+    ``max_mask_bytes`` (custom-mask entries) and ``max_adapters`` distinct adapters (the backend
+    holds no more at once; the worker pages them in), except a single request is always taken.
 
     The run loop guarantees:
 
@@ -233,19 +234,24 @@ class Batcher:
         tokens = sum(r.num_tokens for r in self._ahead)
         rows = sum(len(r.samples) + len(r.probes) for r in self._ahead)
         mask = sum(_mask_size(r) for r in self._ahead)
+        adapters = {r.adapter_id for r in self._ahead if r.adapter_id >= 0}
         n = 0
         for req in self._queue:
             if _live(req):
                 tokens += req.num_tokens
                 rows += len(req.samples) + len(req.probes)
                 mask += _mask_size(req)
+                new_adapter = req.adapter_id >= 0 and req.adapter_id not in adapters
                 if count and (
                     count + 1 > caps.max_batch_requests
                     or tokens > caps.max_batch_tokens
                     or rows > caps.max_sample_rows
                     or mask > caps.max_mask_bytes
+                    or (new_adapter and len(adapters) >= caps.max_adapters)  # the backend holds no more at once
                 ):
                     break
+                if new_adapter:
+                    adapters.add(req.adapter_id)
                 count += 1
             n += 1
         if not n:

@@ -166,3 +166,42 @@ def test_an_adapter_released_as_its_loop_closes_is_freed_before_its_id_is_reused
     assert dummy.value(make) == "made"
     assert dummy.value(make) == "made"
     assert _store(dummy).bytes_held() == {}
+
+
+def test_more_adapters_than_the_backend_holds_take_turns_in_its_slots(dummy, tmp_path):
+    """The dummy backend holds 32 adapters at once; 40 live ones, all run concurrently, park and
+    page in, and no batch names more than 32."""
+    import asyncio
+
+    from pie_core.backend_kit.dummy import MAX_ADAPTERS as HELD
+
+    worker = dummy.engine.models[next(iter(dummy.engine.models))].worker
+    forward, sizes = worker.forward, []
+
+    def counting(batch, loop):
+        sizes.append(len({int(a) for a in batch.adapter_ids if a >= 0}))
+        return forward(batch, loop)
+
+    async def main(_):
+        model = _model()
+        adapters = [Adapter.create(model, f"many{i}") for i in range(HELD + 8)]
+
+        async def one(adapter):
+            with Context(model) as ctx:
+                fwd = ctx.forward()
+                fwd.input([1, 2, 3])
+                fwd.adapter(adapter)
+                await fwd.execute()
+            await adapter.save(str(tmp_path / adapter.name))  # raises if the backend refused anything
+            return adapter.name
+
+        return len(set(await asyncio.gather(*(one(a) for a in adapters))))
+
+    worker.forward = counting
+    try:
+        assert dummy.value(main) == HELD + 8
+    finally:
+        worker.forward = forward
+    assert sizes and max(sizes) <= HELD
+    assert worker._calls.adapters is not None and worker._calls.adapters.parks >= 8
+    assert _store(dummy).bytes_held() == {}
