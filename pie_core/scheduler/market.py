@@ -1,7 +1,9 @@
 """The KV-page market of one model: who holds device pages when not everyone fits.
 
 Every context is a *holder* bidding credits per page per tick (see :func:`default_bid`;
-``set_bid`` overrides it for one pass, ``idle`` bids 0; snapshots bid 0). A pass asks
+``set_bid`` overrides it for one pass, ``idle`` bids 0; snapshots bid 0; so does a context that
+asked for no pass in :data:`QUIET_TICKS` ticks: one waiting on a tool or its client is the first
+to give its pages up). A pass asks
 :meth:`Market.admit` for the pages it will write. When it needs none, or the pool has them
 and nobody bidding more waits, they are granted at once. Otherwise the pass waits and an auction (:mod:`.auction`) runs over
 every holder that could move: idle resident contexts, the waiting passes, and snapshots. The
@@ -34,10 +36,13 @@ from pie_core.kv.pool import PagePool
 from pie_core.scheduler.auction import clear
 from pie_core.scheduler.credits import PRICE, Ledger, Wallet
 
-__all__ = ["DEFAULT_REMAINING", "Grant", "Holder", "Market", "default_bid"]
+__all__ = ["DEFAULT_REMAINING", "QUIET_TICKS", "Grant", "Holder", "Market", "default_bid"]
 
 DEFAULT_REMAINING = 256
 """Tokens a context is expected to still produce when no generator said (horizon/max_tokens)."""
+
+QUIET_TICKS = 4
+"""Ticks without a pass after which a context bids 0, as an idle one does."""
 
 LATENCY_WEIGHT = 0.2
 """Weight of the newest tick in the latency average."""
@@ -85,6 +90,7 @@ class Holder:
         self.parked = False  # suspended by its inferlet: restored by its next pass only
         self.rent = 0.0  # the price per page due at the last tick (it paid at most its bid)
         self.order = 0  # arrival order among waiters (earlier wins ties)
+        self.quiet = 0  # ticks since it last asked for a pass
 
     @property
     def pages(self) -> int:
@@ -92,7 +98,7 @@ class Holder:
         return self.kv.held_pages
 
     def bid(self) -> float:
-        if self.wallet is None or self.idle:
+        if self.wallet is None or self.idle or self.quiet >= QUIET_TICKS:
             return 0.0
         if self.override is not None:  # at most what the balance pays for one tick: credit bounds a share
             return min(self.override, max(self.wallet.balance, 0.0) / max(self.pages, 1))
@@ -169,6 +175,7 @@ class Market:
         Raises:
             OutOfPages: The context needs more pages than the pool has, or its user's quota.
         """
+        holder.quiet = 0
         if holder.pages + new > self.pool.num_pages:
             raise OutOfPages(
                 f"this context needs {holder.pages + new} KV pages but the pool has {self.pool.num_pages}; "
@@ -205,6 +212,7 @@ class Market:
         """Reserve ``new`` pages for a pass run ahead (paid like any page) if the context is
         resident and they are free now; the holder is not pinned (it sets ``preempt``). False,
         and nothing changed, otherwise."""
+        holder.quiet = 0
         if not holder.kv.resident or (new and not self._fits_now(holder, new)):
             return False
         if new:
@@ -392,6 +400,7 @@ class Market:
         self._contended = False
         payments = []
         for holder in self._live():
+            holder.quiet = 0 if holder.busy or holder.wanted >= 0 else holder.quiet + 1
             holder.rent = price
             if price > 0 and holder.wallet is not None and holder.kv.resident and holder.kv.held_pages:
                 payments.append((holder.wallet, min(holder.bid(), price) * holder.kv.held_pages))

@@ -382,3 +382,49 @@ def test_a_suspended_waiter_waits_for_the_pages_its_restore_takes():
     asyncio.run(go())
     assert a.kv.resident
     _finish(market, a)
+
+
+def test_a_context_that_asked_for_no_pass_lately_gives_its_pages_up_first():
+    from pie_core.scheduler.market import QUIET_TICKS
+
+    market, copies = _market(pages=8, host=8)
+    talker, waiting = _holder(market, "talker", tokens=16), _holder(market, "waiting", tokens=16)
+    talker.override, waiting.override = 1.0, 5.0  # the one waiting on its tool bids more, by its balance
+    for _ in range(QUIET_TICKS):
+        assert market.reserve_now(talker, 0)  # a decode step within its last page: no new page
+        market.tick(0.01)
+    assert waiting.bid() == 0.0 and talker.bid() == 1.0
+    newcomer = _holder(market, "newcomer", bid=3.0)
+
+    async def go():
+        await market.admit(newcomer, 4)
+        market.done(newcomer)
+
+    asyncio.run(go())
+    assert not waiting.kv.resident and talker.kv.resident and len(newcomer.kv.pages) == 4
+    waiting.override = 5.0
+
+    async def back():  # its next pass brings it back, bidding again
+        await market.admit(waiting, 0)
+        market.done(waiting)
+
+    waiting.quiet = QUIET_TICKS
+    assert market.pool.available_count == 0
+    newcomer.kv.release()
+    market.leave(newcomer.kv)
+    asyncio.run(back())
+    assert waiting.kv.resident and waiting.quiet == 0
+    _finish(market, talker, waiting)
+
+
+def test_a_waiter_never_counts_as_quiet():
+    from pie_core.scheduler.market import QUIET_TICKS
+
+    market, _ = _market(pages=8, host=0)
+    holder = _holder(market, "h", bid=2.0, tokens=16)
+    holder.wanted = 4  # as while its pass waits in admit
+    for _ in range(QUIET_TICKS + 2):
+        market.tick(0.01)
+    assert holder.quiet == 0 and holder.bid() == 2.0
+    holder.wanted = -1
+    _finish(market, holder)
