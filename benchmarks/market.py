@@ -73,7 +73,7 @@ WORDS = (
 ).split()
 
 
-async def _first_come_admit(self: Market, holder: Holder, new: int) -> None:
+async def _first_come_admit(self: Market, holder: Holder, new: int) -> Grant:
     """``Market.admit`` as the engine behaved before the market (installed on one instance).
 
     Then a pass took the pages it needed from the pool at once or failed with OutOfPages, and
@@ -83,7 +83,7 @@ async def _first_come_admit(self: Market, holder: Holder, new: int) -> None:
     """
     if not holder.kv.resident or self.pool.available_count < new:
         raise OutOfPages(f"first-come: {new} KV pages wanted, {self.pool.available_count} available")
-    self._grant(holder, new)
+    return self._grant(holder, new)  # the pass reads the grant (a replay to run first, if any)
 
 
 def prompts(model: LoadedModel, n: int, length: int, run: int) -> list[list[int]]:
