@@ -18,8 +18,9 @@ __all__ = ["system_draft"]
 
 def system_draft(ctx: HostContext, pending: Sequence[int], limit: int) -> list[int]:
     """Up to ``limit`` draft tokens to follow the context's tokens and then ``pending`` (the
-    tokens about to run), from the context's n-gram drafter; ``[]`` when it has no guess or
-    its recent guesses were poor (see :mod:`pie_core.speculation.ngram`).
+    tokens about to run), from the context's n-gram drafter; ``[]`` when it has no guess, its
+    recent guesses were poor, or no draft pays for its rows in the batch as the batcher's step
+    cost says (see :mod:`pie_core.speculation.ngram`).
 
     Raises:
         InvalidInput: ``limit`` is not an integer in ``[0, 8]`` or ``pending`` holds a non-integer.
@@ -32,4 +33,7 @@ def system_draft(ctx: HostContext, pending: Sequence[int], limit: int) -> list[i
         raise InvalidInput("pending must be a list of token ids")
     if ctx.drafter is None:
         ctx.drafter = NgramDrafter()
-    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit, time.perf_counter(), len(pending) == 1)
+    batcher = ctx.model.batcher
+    rows = max(batcher.last_tokens, 1)
+    return ctx.drafter.propose(ctx.kv.tokens + list(pending), limit, time.perf_counter(), len(pending) == 1,
+                               cost=lambda d: batcher.cost.ratio(rows, d), requests=batcher.last_requests)

@@ -20,6 +20,7 @@ from pie_core.errors import BackendError
 from pie_core.hookspec import Capabilities, ForwardBatch
 from pie_core.scheduler.assemble import assemble, split_output
 from pie_core.scheduler.request import ForwardRequest, RequestOutput
+from pie_core.scheduler.step_cost import StepCost
 from pie_core.scheduler.trace import BatchTrace
 
 __all__ = ["Batcher", "BatchStats"]
@@ -51,6 +52,12 @@ class _Flight:
     batch: ForwardBatch
     future: asyncio.Future[BatchOutcome]
     fired: float  # time.time() when it went to the backend thread
+
+
+DECODE_TOKENS = 16
+"""A batch whose requests hold at most this many tokens each (a decode step, with its drafts) is
+what the step-cost fit learns from: the drafter asks about such steps, and prompts' passes cost
+per token as matrix products do."""
 
 
 def _live(req: ForwardRequest) -> bool:
@@ -126,9 +133,16 @@ class Batcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_size = 1
+        self.cost = StepCost()  # step seconds against batch tokens (the system drafter's budget)
+        self.last_tokens = 0  # tokens of the last batch that landed
         self._last_duration = 0.0
         self.stats = BatchStats()
         worker.listen(self._op_enqueued)
+
+    @property
+    def last_requests(self) -> int:
+        """Requests of the last batch that landed (1 before any)."""
+        return self._last_size
 
     async def submit(self, request: ForwardRequest) -> RequestOutput:
         """Queue one request and wait for its share of the batch output."""
@@ -311,6 +325,9 @@ class Batcher:
                     req.future.set_exception(err)
         else:
             self._last_size = len(taken)
+            self.last_tokens = flight.batch.num_tokens
+            if max(r.num_tokens for r in taken) <= DECODE_TOKENS:  # a prompt's pass costs per token otherwise
+                self.cost.observe(flight.batch.num_tokens, seconds)
             self.stats.batches += 1
             self.stats.requests += len(taken)
             self.stats.tokens += flight.batch.num_tokens

@@ -21,13 +21,23 @@ time over a plain step's (it sits a step out to time one if it has none). Until 
 are known, poor means a kept share (an
 exponential average from one half) under ``LOW``.
 
+Under a batch (the engine's case), the batcher's fit of step time against batch rows
+(:class:`~pie_core.scheduler.step_cost.StepCost`) replaces the context's own timing: ``propose``
+gets ``cost(d)``, how many times longer the batch takes with ``d`` more rows, and the batch's
+requests ``R``, and keeps the number of drafts ``d`` that maximises the batch's expected tokens
+per unit of time, ``(R + p + ... + p^d) / cost(d)``, with ``p`` the context's per-draft
+acceptance so far; ``d = 0`` when no number pays. A draft's rows slow every request of the
+batch, so in a full CPU batch, where each row costs about as much as a request, a draft almost
+never pays; on a GPU, where a row costs next to nothing, drafts pay freely; alone (``R = 1``)
+the context weighs its own gain against its own step.
+
 Drafts never change what is generated (the verifier keeps only drafts equal to what the model
 samples), so a stale or wrong guess costs time, never correctness.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 __all__ = ["NgramDrafter"]
 
@@ -39,6 +49,8 @@ LOW = 0.3
 MAX_PAUSE = 32
 WINDOW = 16384  # the index covers at most the last WINDOW tokens (bounded memory per context)
 _DECAY = 0.5
+FIRST_PROBE = 4  # refused proposals before one draft probes anyway (then twice as many, up to MAX_PAUSE)
+_FADE = 0.8  # weight of the evidence so far at each scored proposal: text changes (a preamble, then a quote)
 
 
 class NgramDrafter:
@@ -58,13 +70,22 @@ class NgramDrafter:
         self.step_s: dict[bool, float | None] = {False: None, True: None}  # decode step time, by drafted
         self.yield_per_draft_step: float | None = None  # kept drafts + 1, averaged
         self._prev: tuple[float, bool] | None = None  # (time, drafted) of the last decode step's call
+        self.accepted = 0.0  # drafts kept, over recent proposals (older ones weigh less: _FADE)
+        self.cut = 0.0  # recent proposals with a draft refused
+        self._unpaid = 0  # proposals the budget refused since the last probe
+        self._next_probe = FIRST_PROBE
+        self._last_cost: float | None = None  # cost(d) of the last proposal, when a batch cost was known
+        self._last_requests = 1.0  # the batch's requests then
 
-    def propose(self, history: Sequence[int], limit: int, now: float | None = None, decode: bool = True) -> list[int]:
+    def propose(self, history: Sequence[int], limit: int, now: float | None = None, decode: bool = True,
+                cost: Callable[[int], float | None] | None = None, requests: float = 1.0) -> list[int]:
         """Up to ``limit`` tokens likely to follow ``history`` (the context's tokens so far,
         including those about to run); ``[]`` when nothing matches or drafting pauses.
 
         ``now`` (seconds, monotonic) times the steps between calls; ``decode`` says this step
-        runs one token (a longer step, such as the prompt's, is not timed)."""
+        runs one token (a longer step, such as the prompt's, is not timed). ``cost(d)``, where
+        given and not None, is how many times longer the step takes with ``d`` draft rows, in a
+        batch of ``requests`` (see the module doc)."""
         if now is not None and self._prev is not None:
             at, drafted = self._prev
             old = self.step_s[drafted]
@@ -74,11 +95,42 @@ class NgramDrafter:
         drafts: list[int] = []
         if limit > 0 and self._pause == 0:
             drafts = self._lookup(history, min(limit, self.length))
+            if drafts and cost is not None:
+                drafts = self._worth(drafts, cost, requests)
         self._pause = max(0, self._pause - 1)
         if drafts:
             self._last = (len(history), drafts)
         self._prev = (now, bool(drafts)) if now is not None and decode else None
         return drafts
+
+    def acceptance(self) -> float:
+        """The chance that a draft is kept given the ones before it were (Laplace's estimate over
+        this context's recent proposals: kept drafts against refusals)."""
+        return (self.accepted + 1) / (self.accepted + self.cut + 2)
+
+    def _worth(self, drafts: list[int], cost: Callable[[int], float | None], requests: float = 1.0) -> list[int]:
+        """The leading drafts worth their rows: the count with the most expected tokens of the
+        batch per unit of step time (none when no count beats a plain step)."""
+        p = self.acceptance()
+        base = max(requests, 1.0)
+        best, best_rate, expected = 0, base, base
+        for d in range(1, len(drafts) + 1):
+            expected += p**d
+            ratio = cost(d)
+            if ratio is None:  # the batch's cost is not known yet: the drafter's own rules decide
+                self._last_cost = None
+                return drafts
+            if expected / ratio > best_rate * (1 + 1e-9):
+                best, best_rate = d, expected / ratio
+        if best == 0:  # no count pays on what is known: now and then one draft probes whether that changed
+            self._unpaid += 1
+            if self._unpaid < self._next_probe:
+                self._last_cost = None
+                return []
+            self._unpaid, self._next_probe, best = 0, min(MAX_PAUSE, 2 * self._next_probe), 1
+        self._last_cost = cost(best)
+        self._last_requests = base
+        return drafts[:best]
 
     def _lookup(self, history: Sequence[int], limit: int) -> list[int]:
         end = len(history)
@@ -120,6 +172,10 @@ class NgramDrafter:
             kept += 1
         self.proposed += len(drafts)
         self.kept += kept
+        self.accepted = _FADE * self.accepted + kept
+        self.cut = _FADE * self.cut + (kept < len(drafts))
+        if kept:
+            self._next_probe = FIRST_PROBE
         self.kept_share = _DECAY * self.kept_share + (1 - _DECAY) * kept / len(drafts)
         old = self.yield_per_draft_step
         self.yield_per_draft_step = kept + 1 if old is None else _DECAY * old + (1 - _DECAY) * (kept + 1)
@@ -136,6 +192,8 @@ class NgramDrafter:
             self._next_pause = 1
 
     def _poor(self) -> bool:
+        if self._last_cost is not None and self.yield_per_draft_step is not None:  # the batch's cost, not ours
+            return self.yield_per_draft_step - 1 < self._last_requests * (self._last_cost - 1)
         plain, drafting = self.step_s[False], self.step_s[True]
         if plain is None or drafting is None or self.yield_per_draft_step is None:
             return self.kept_share < LOW
