@@ -7,6 +7,10 @@ batch at once (prefill and decode rows mixed); Q and K heads are rotated togethe
 the torch path of :mod:`pie_backend_torch.attention` or the Triton kernels. Logits are computed
 only for the rows the batch samples or probes. A batch running adapters adds their LoRA deltas to
 the four projections' outputs (:class:`~pie_backend_torch.lora_step.LoraStep`).
+
+Under tensor parallelism (:mod:`pie_backend_torch.tp_shard`) each rank runs this same forward on
+its slice (its heads, its part of the MLP) and ``reduce`` sums the attention-out and MLP-down
+products over the ranks; with one rank ``reduce`` is None and nothing else differs.
 """
 
 from __future__ import annotations
@@ -47,8 +51,17 @@ def activation(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
 class Transformer:
     """Runs one model's forward against its KV cache."""
 
-    def __init__(self, spec: ModelSpec, weights: ModelWeights, cache: KvCache, config: TorchConfig) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        weights: ModelWeights,
+        cache: KvCache,
+        config: TorchConfig,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self.act = activation(spec.hidden_act)
+        self.reduce = reduce
+        """Sums a row-parallel product over the tensor-parallel ranks (None: one rank)."""
         self.spec = spec
         self.weights = weights
         self.cache = cache
@@ -148,6 +161,8 @@ class Transformer:
         else:
             ctx = self._attention(i, lw, qkv, rot, plan)
         o = lw.attn_output(ctx)
+        if self.reduce is not None:
+            o = self.reduce(o)
         if lw.post_attention_norm is not None:
             if lora is not None:
                 lora.add(i, ATTN_OUTPUT, ctx, o)
@@ -162,6 +177,8 @@ class Transformer:
         inter = spec.intermediate_size
         act = self.act(gu[:, :inter]) * gu[:, inter:]
         f = lw.ffn_down(act)
+        if self.reduce is not None:
+            f = self.reduce(f)
         if lw.post_ffw_norm is not None:
             if lora is not None:
                 lora.add(i, FFN_DOWN, act, f)
