@@ -33,7 +33,7 @@ from pie_backend_torch.model import Transformer
 from pie_backend_torch.options import TorchConfig, resolve_options
 from pie_backend_torch.sampling import Drawer, Masker, draw, sample_and_probe
 from pie_backend_torch.tp_group import TpGroup
-from pie_backend_torch.tp_shard import check_split, local_spec, shard_weights
+from pie_backend_torch.tp_shard import Shard, check_split, local_spec, shard_weights
 from pie_backend_torch.weights_store import load_weights
 
 __all__ = [
@@ -57,8 +57,6 @@ MAX_SAMPLE_ROWS = 4096
 MAX_MASK_BYTES = 1 << 28
 """Most custom attention-mask entries (one byte each) in one forward."""
 FEATURES = frozenset({"custom_mask", "logit_mask", "probes", "embeddings", "offload", "adapters", "zo"})
-TP_FEATURES = FEATURES - {"adapters", "zo"}
-"""What a tensor-parallel load (``tp`` > 1) offers: adapters are not split across ranks."""
 
 
 def build_transformer(
@@ -120,13 +118,13 @@ class TorchBackend(AdapterHooks):
 
     @hookimpl
     def pie_backend_info(self) -> BackendInfo:
-        """Identify the backend (a tensor-parallel load offers no adapters: :data:`TP_FEATURES`)."""
+        """Identify the backend."""
         return BackendInfo(
             name="torch",
             version=_package_version(),
             contract_version=CONTRACT_VERSION,
             description=f"torch {torch.__version__}: bf16/int8/int4 on CPU, Triton kernels and CUDA graphs on CUDA",
-            features=FEATURES if self._caps is None else self._caps.features,
+            features=FEATURES,
             devices=_devices(),
             keeps_derived_weights=True,  # weights_store.py: its layout under weights_key
         )
@@ -166,7 +164,7 @@ class TorchBackend(AdapterHooks):
         cache = model.cache
         self._model = model
         lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
-        self._adapters = AdapterStore(spec, lora_dtype, config.device)
+        self._adapters = AdapterStore(spec, lora_dtype, config.device, None if config.tp == 1 else Shard(spec, 0, config.tp))
         self._cache = cache
         self._config = config
         if config.kernels == "triton":
@@ -189,9 +187,9 @@ class TorchBackend(AdapterHooks):
             max_mask_bytes=MAX_MASK_BYTES,
             dtype=config.dtype_name,
             device=str(config.device),
-            features=FEATURES if config.tp == 1 else TP_FEATURES,
-            max_adapters=MAX_ADAPTERS if config.tp == 1 else 0,
-            max_adapter_rank=MAX_ADAPTER_RANK if config.tp == 1 else 0,
+            features=FEATURES,
+            max_adapters=MAX_ADAPTERS,
+            max_adapter_rank=MAX_ADAPTER_RANK,
         )
         return self._caps
 
@@ -210,7 +208,7 @@ class TorchBackend(AdapterHooks):
         group = TpGroup(config.tp, config.device, config.tp_timeout)
         try:
             local = local_spec(spec, config.tp)
-            group.command("load", local, config, page_size, num_pages, host_pages, threads)
+            group.command("load", spec, config, page_size, num_pages, host_pages, threads)
             mine: list[tuple[str, np.ndarray]] = []
             for name, parts in shard_weights(spec, weights, config.tp):
                 mine.append((name, parts[0]))
@@ -238,11 +236,9 @@ class TorchBackend(AdapterHooks):
         self._model = self._cache = self._caps = None
 
     def _bank(self) -> Any:
-        if self._config is not None and self._config.tp > 1:
-            raise ValueError(
-                f"adapters are not supported under tensor parallelism (tp={self._config.tp}): load the model with tp=1"
-            )
-        return super()._bank()
+        bank = super()._bank()
+        return bank if self._tp is None else _MirroredBank(bank, self._tp)
+
 
     @hookimpl
     def pie_backend_capabilities(self) -> Capabilities:
@@ -300,3 +296,34 @@ class TorchBackend(AdapterHooks):
         if self._model is None or self._caps is None:
             raise RuntimeError("no model loaded: call pie_backend_load_model first")
         return self._model, self._caps
+
+
+class _MirroredBank:
+    """Rank 0's adapter bank under tp: each change is made here first (which checks it), then
+    broadcast, so every rank holds the same adapters and fuses its own slice of them."""
+
+    def __init__(self, bank: AdapterStore, group: TpGroup) -> None:
+        self._bank, self._group = bank, group
+
+    def create(self, adapter_id: int, rank: int, scaling: float) -> None:
+        self._group.check()
+        self._bank.create(adapter_id, rank, scaling)
+        self._group.command("adapter", "create", adapter_id, rank, scaling)
+
+    def load(self, adapter_id: int, tensors: dict[str, np.ndarray], scaling: float) -> None:
+        self._group.check()
+        self._bank.load(adapter_id, tensors, scaling)
+        self._group.command("adapter", "load", adapter_id, tensors, scaling)
+
+    def save(self, adapter_id: int) -> dict[str, np.ndarray]:
+        return self._bank.save(adapter_id)
+
+    def destroy(self, adapter_id: int) -> None:
+        self._group.check()
+        self._bank.destroy(adapter_id)
+        self._group.command("adapter", "destroy", adapter_id)
+
+    def zo(self, adapter_id: int, sigma: float, seeds: np.ndarray, coefficients: np.ndarray) -> None:
+        self._group.check()
+        self._bank.zo(adapter_id, sigma, seeds, coefficients)
+        self._group.command("adapter", "zo", adapter_id, sigma, seeds, coefficients)

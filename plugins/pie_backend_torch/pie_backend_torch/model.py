@@ -161,14 +161,15 @@ class Transformer:
         else:
             ctx = self._attention(i, lw, qkv, rot, plan)
         o = lw.attn_output(ctx)
+        tp = self.reduce is not None
+        if lora is not None and (lw.post_attention_norm is not None or tp):
+            lora.add(i, ATTN_OUTPUT, ctx, o)  # under tp a partial sum, like ``o``: before the all-reduce
         if self.reduce is not None:
             o = self.reduce(o)
         if lw.post_attention_norm is not None:
-            if lora is not None:
-                lora.add(i, ATTN_OUTPUT, ctx, o)
             o = F.rms_norm(o, (spec.hidden_size,), lw.post_attention_norm, eps)
         x = x + o
-        if lora is not None and lw.post_attention_norm is None:
+        if lora is not None and lw.post_attention_norm is None and not tp:
             lora.add(i, ATTN_OUTPUT, ctx, x)  # straight into the float32 residual: no cast, cheaper adds
         normed = F.rms_norm(x, (spec.hidden_size,), lw.ffn_norm, eps)
         gu = lw.gate_up(normed.to(dtype))
@@ -177,14 +178,14 @@ class Transformer:
         inter = spec.intermediate_size
         act = self.act(gu[:, :inter]) * gu[:, inter:]
         f = lw.ffn_down(act)
+        if lora is not None and (lw.post_ffw_norm is not None or tp):
+            lora.add(i, FFN_DOWN, act, f)
         if self.reduce is not None:
             f = self.reduce(f)
         if lw.post_ffw_norm is not None:
-            if lora is not None:
-                lora.add(i, FFN_DOWN, act, f)
             f = F.rms_norm(f, (spec.hidden_size,), lw.post_ffw_norm, eps)
         x = x + f
-        if lora is not None and lw.post_ffw_norm is None:
+        if lora is not None and lw.post_ffw_norm is None and not tp:
             lora.add(i, FFN_DOWN, act, x)
         return x
 

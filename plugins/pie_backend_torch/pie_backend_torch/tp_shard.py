@@ -88,6 +88,22 @@ class Shard:
             return array[:, self.mlp]
         return array
 
+    def take_lora(self, name: str, array: np.ndarray) -> np.ndarray:
+        """This rank's part of the LoRA tensor ``name`` (``blk.{i}.{target}.lora_{a|b}``): the
+        ``B`` of a column-split projection by rows, the ``A`` of a row-split one by columns (its
+        delta is then a partial sum, added before the all-reduce); the other half whole."""
+        kind = name.rsplit(".", 2)[-2]
+        split = name.endswith("lora_b") if kind in _COLUMN else name.endswith("lora_a") and kind in _ROW
+        return np.ascontiguousarray(self.take(name, array)) if split else array
+
+    def take_adapter(self, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`take_lora` of every tensor of an adapter."""
+        return {name: self.take_lora(name, a) for name, a in tensors.items()}
+
+
+_COLUMN = ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up")
+_ROW = ("attn_output", "ffn_down")
+
 
 def local_spec(spec: ModelSpec, tp: int) -> ModelSpec:
     """The model one rank runs: its heads, KV heads and MLP width; the softmax scale kept."""

@@ -8,7 +8,9 @@ then runs the commands rank 0 broadcasts, in order, until ``close``:
   slice of every weight (then ``None``), build its model and KV pools, and join the all-reduce
   that tells rank 0 every rank is ready;
 - ``("forward", batch)``: the same forward as rank 0 over its slice (no LM head, no sampling);
-- ``("copy", kind, src, dst)``: the same page copy in its own pools.
+- ``("copy", kind, src, dst)``: the same page copy in its own pools;
+- ``("adapter", method, *args)``: the same change to its adapter bank (create, load, destroy,
+  zo), whose forward fuses this rank's slice of each adapter.
 
 A ``ValueError`` of a forward is the batch's fault and rank 0 raised it too, before any
 collective, so the worker goes on; anything else ends the process with one line on stderr,
@@ -28,10 +30,13 @@ __all__ = ["main"]
 
 
 def _serve(channel: Channel) -> None:
+    from pie_backend_torch.adapters import AdapterStore
     from pie_backend_torch.backend import build_transformer
     from pie_backend_torch.model import Transformer
+    from pie_backend_torch.tp_shard import Shard, local_spec
 
     model: Transformer | None = None
+    adapters: AdapterStore | None = None
     no_rows = np.zeros(0, dtype=np.int64)
     while True:
         message = channel.broadcast_object(idle=True)
@@ -45,16 +50,21 @@ def _serve(channel: Channel) -> None:
             weights = []
             while (item := channel.recv_object()) is not None:
                 weights.append(item)
-            model = build_transformer(spec, weights, config, page_size, num_pages, host_pages, channel.all_reduce)
+            local = local_spec(spec, config.tp)
+            model = build_transformer(local, weights, config, page_size, num_pages, host_pages, channel.all_reduce)
+            lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
+            adapters = AdapterStore(spec, lora_dtype, config.device, Shard(spec, channel.rank, config.tp))
             channel.all_reduce(torch.ones(1, device=config.device))
-        elif model is None:
+        elif model is None or adapters is None:
             raise RuntimeError(f"command {command!r} before any load")
         elif command == "forward":
             try:
                 with torch.inference_mode():
-                    model.forward(message[1], no_rows)
+                    model.forward(message[1], no_rows, None, adapters.step(message[1]))
             except ValueError:
                 pass  # the batch's own fault: rank 0 raised the same
+        elif command == "adapter":  # rank 0 made the same change first: it succeeds here too
+            getattr(adapters, message[1])(*message[2:])
         elif command == "copy":
             with torch.inference_mode():
                 model.cache.copy(*message[1:])
