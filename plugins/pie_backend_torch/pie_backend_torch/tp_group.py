@@ -37,7 +37,7 @@ class Channel:
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: float, device: torch.device) -> None:
         self.rank, self.size = rank, size
         self.timeout = datetime.timedelta(seconds=timeout)
-        self.control = dist.ProcessGroupGloo(dist.PrefixStore("control", store), rank, size, self.timeout)
+        self.control: Any = dist.ProcessGroupGloo(dist.PrefixStore("control", store), rank, size, self.timeout)  # stubs lack its ops
         self.compute: Any = self.control
         if device.type == "cuda":  # same calls, NCCL underneath (not run in CI: no GPU there)
             options = dist.ProcessGroupNCCL.Options()
@@ -82,12 +82,12 @@ def connect_worker(port: int, rank: int, size: int, timeout: float, device: torc
     return Channel(store, rank, size, timeout, device)
 
 
-def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """End the workers (terminate, then kill what is left after 5 s); reap them."""
+def _stop(procs: Sequence[subprocess.Popen[bytes]], grace: float = 5.0) -> None:
+    """End the workers (terminate, then kill what is left after ``grace`` seconds); reap them."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + 5.0
+            p.terminate() if grace > 0 else p.kill()
+    deadline = time.monotonic() + grace
     for p in procs:
         try:
             p.wait(max(0.0, deadline - time.monotonic()))
@@ -159,7 +159,7 @@ class TpGroup:
 
     def _fail(self, why: str) -> RuntimeError:
         self.failed = f"{why}; the model's tensor-parallel group is gone: load the model again"
-        _stop(self.procs)
+        _stop(self.procs, grace=0.0)  # a broken group has nothing to finish: no rank is waited for
         return RuntimeError(self.failed)
 
     def guard(self, exc: BaseException) -> RuntimeError:
