@@ -56,7 +56,7 @@ class StepRunner:
         self.threads = max(1, (os.cpu_count() or 1) // tp)
         pages_each = -(-(prompt + steps + 1) // PAGE)
         self.backend = TorchBackend()
-        extra: dict[str, int] = {"tp": tp, "threads": self.threads}
+        extra: dict[str, int] = {"threads": self.threads} | ({"tp": tp} if tp > 1 else {})  # tp=1: the default options
         self.caps = self.backend.pie_backend_load_model(
             spec, random_weights(spec), BackendOptions(page_size=PAGE, kv_pages=batch * pages_each + 1, host_pages=1, extra=extra)
         )
