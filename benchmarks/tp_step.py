@@ -51,9 +51,9 @@ def bench_spec(layers: int = 8, hidden: int = 512, heads: int = 8, kv_heads: int
 class StepRunner:
     """One loaded backend (``tp`` ranks) and a batch of sequences it decodes step by step."""
 
-    def __init__(self, spec: ModelSpec, tp: int, batch: int, prompt: int, steps: int) -> None:
+    def __init__(self, spec: ModelSpec, tp: int, batch: int, prompt: int, steps: int, threads: int | None = None) -> None:
         self.tp, self.batch = tp, batch
-        self.threads = max(1, (os.cpu_count() or 1) // tp)
+        self.threads = threads or max(1, (os.cpu_count() or 1) // tp)
         pages_each = -(-(prompt + steps + 1) // PAGE)
         self.backend = TorchBackend()
         extra: dict[str, int] = {"threads": self.threads} | ({"tp": tp} if tp > 1 else {})  # tp=1: the default options
@@ -107,14 +107,16 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--threads", type=int, help="intra-op threads of every rank (default: the cores / tp)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     spec = bench_spec(layers=args.layers, hidden=args.hidden)
     results = []
     print(f"torch {torch.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPUs; model {spec.num_layers} layers, "
-          f"hidden {spec.hidden_size}, {spec.num_heads}/{spec.num_kv_heads} heads, MLP {spec.intermediate_size}, float32")
+          f"hidden {spec.hidden_size}, {spec.num_heads}/{spec.num_kv_heads} heads, MLP {spec.intermediate_size}, float32; "
+          f"threads per rank: {args.threads or 'cores / tp'}")
     for batch in args.batch:
-        runners = [StepRunner(spec, tp, batch, args.prompt, args.warmup + args.steps) for tp in args.tp]
+        runners = [StepRunner(spec, tp, batch, args.prompt, args.warmup + args.steps, args.threads) for tp in args.tp]
         try:
             for _ in _interleaved(runners, args.warmup):
                 pass
