@@ -184,3 +184,23 @@ def test_workers_stop_when_rank_zero_exits_without_closing():
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in pids)
+
+
+def test_a_rank_that_dies_inside_a_forward_fails_that_forward_naming_it():
+    spec = tiny_spec("qwen2")
+    backend = load_torch(spec, random_weights(spec), tp=2)
+    group = backend._tp
+    (pid,) = group.pids
+    broadcast = group.command
+
+    def then_die(*message):  # the batch reaches the worker, which is killed before the all-reduces
+        broadcast(*message)
+        os.kill(pid, signal.SIGKILL)
+
+    group.command = then_die
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        run(backend, [kv_request([1, 2, 3], [0], 4)])
+    assert time.monotonic() - start < 10
+    assert "\n" not in str(err.value) and f"rank 1 (pid {pid}) exited with code -9" in str(err.value)
+    backend.close()
