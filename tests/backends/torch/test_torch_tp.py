@@ -17,6 +17,7 @@ import pytest
 from backend_testkit import kv_request, probe_logits, random_weights, run, tiny_spec
 from pie_backend_torch import TorchBackend
 from pie_core.hookspec import BackendOptions, CopyKind
+from pie_backend_torch.tp_shard import Shard, local_spec
 from torch_testkit import load_torch
 
 TP_CLOSE = dict(rtol=1e-5, atol=1e-5)
@@ -53,6 +54,32 @@ def _session(backend: TorchBackend) -> list[np.ndarray]:
     restored = kv_request([30], [8, 9], 4, start=6)
     out += probe_logits(run(backend, [fork, restored]), [fork, restored])
     return out
+
+
+@pytest.mark.parametrize("arch, tp", [("qwen2", 2), ("gemma3", 2), ("gemma3", 4), ("qwen3", 2)])
+def test_the_ranks_slices_put_back_together_are_the_weights(arch, tp):
+    spec = tiny_spec(arch)
+    shards = [Shard(spec, r, tp) for r in range(tp)]
+    kv_owner = [s.kv_heads for s in shards]
+    group = spec.num_heads // spec.num_kv_heads
+    for s in shards:  # every query head's KV head is on its rank
+        assert all(h // group in s.kv_heads for h in s.q_heads)
+    assert local_spec(spec, tp).num_kv_heads == len(kv_owner[0])
+    for name, w in random_weights(spec):
+        parts = [s.take(name, w) for s in shards]
+        kind = name.rsplit(".", 2)[-2] if name.startswith("blk.") else ""
+        if kind in ("attn_q", "ffn_gate", "ffn_up"):
+            np.testing.assert_array_equal(np.concatenate(parts), w)
+        elif kind in ("attn_output", "ffn_down"):
+            np.testing.assert_array_equal(np.concatenate(parts, axis=1), w)
+        elif kind in ("attn_k", "attn_v"):  # each KV head once, or shared by tp / kv_heads ranks
+            heads = sorted({h for r in kv_owner for h in r})
+            assert heads == list(range(spec.num_kv_heads))
+            for s, part in zip(shards, parts):
+                rows = slice(s.kv_heads.start * spec.head_dim, s.kv_heads.stop * spec.head_dim)
+                np.testing.assert_array_equal(part, w[rows])
+        else:
+            assert all(p is w for p in parts)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
