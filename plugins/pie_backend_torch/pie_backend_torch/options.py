@@ -41,10 +41,14 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   by output, attention-out and MLP-down by input, KV heads per rank; see
   :mod:`pie_backend_torch.tp_shard`), joined by gloo on a CPU and NCCL on CUDA. The heads must
   split evenly: ``num_heads % tp == 0``, and ``num_kv_heads % tp == 0`` or ``tp % num_kv_heads ==
-  0`` (then ranks share a KV head, each keeping its own copy). Under ``tp > 1`` the weights are
-  dense (``quant`` ``"none"``; the quantised formats are not split across ranks), ``dtype`` auto
-  is bfloat16 where computed natively else float32, CUDA graphs and adapters are off, and
-  ``tp_timeout`` (seconds, default 120) bounds every wait on another rank.
+  0`` (then ranks share a KV head, each keeping its own copy). Under ``tp > 1`` ``quant`` auto
+  means dense weights (``"none"``) and ``dtype`` auto bfloat16 where computed natively else
+  float32; a format named explicitly is built by each rank over its slices: the block formats
+  (q4, q8, fit, int4, int8) then hold exactly the one-rank layers' blocks when each rank's share
+  of the attention-out and MLP-down inputs is a multiple of 32 (else those layers fall back as
+  :func:`~pie_backend_torch.linear.quantise` says), while w8a8 scales each token over the rank's
+  slice, a small numeric difference. CUDA graphs are off, and ``tp_timeout`` (seconds, default
+  120) bounds every wait on another rank.
 """
 
 from __future__ import annotations
@@ -174,14 +178,9 @@ def _positive_int(extra: dict[str, Any], key: str, default: int) -> int:
 
 
 def _tp_checked(tp: int, extra: dict[str, Any]) -> None:
-    """What ``tp > 1`` cannot run: quantised layers, CUDA graphs."""
+    """What ``tp > 1`` cannot run: CUDA graphs."""
     if tp == 1:
         return
-    if str(extra.get("quant", "auto")) not in ("auto", "none"):
-        raise ValueError(
-            f"tp={tp} runs dense weights: quant {extra['quant']!r} is not split across ranks; "
-            "leave quant unset (or 'none') and pick dtype float32 or bfloat16"
-        )
     if _flag(extra, "cuda_graphs", False):
         raise ValueError(f"tp={tp} does not capture CUDA graphs (the all-reduces are not captured); drop cuda_graphs")
 
@@ -207,7 +206,8 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
     if not tp_timeout > 0:
         raise ValueError(f"extra['tp_timeout'] must be > 0 seconds, got {extra.get('tp_timeout')!r}")
     if tp > 1:
-        extra["quant"] = "none"
+        extra.setdefault("quant", "none")  # auto: dense; a format asked for by name is split as it is
+        extra["quant"] = "none" if extra["quant"] == "auto" else extra["quant"]
         extra["cuda_graphs"] = False
     quant = str(extra.get("quant", "auto"))
     auto_quant = quant == "auto"
