@@ -217,7 +217,7 @@ class TorchBackend(AdapterHooks):
             for rank in range(1, config.tp):
                 group.send(rank, None)
             model = build_transformer(local, mine, config, page_size, num_pages, host_pages, group.all_reduce)
-            group.all_reduce(torch.ones(1, device=config.device))  # every rank built its slice
+            group.all_reduce(torch.ones(1, device=config.device), loading=True)  # every rank built its slice
         except BaseException:
             group.close()
             raise

@@ -48,7 +48,8 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   of the attention-out and MLP-down inputs is a multiple of 32 (else those layers fall back as
   :func:`~pie_backend_torch.linear.quantise` says), while w8a8 scales each token over the rank's
   slice, a small numeric difference. CUDA graphs are off, and ``tp_timeout`` (seconds, default
-  120) bounds every wait on another rank.
+  120) bounds every wait on another rank during a step; a load may wait longer
+  (:data:`pie_backend_torch.tp_group.LOAD_TIMEOUT`: a worker starts Python and receives its weights).
 """
 
 from __future__ import annotations

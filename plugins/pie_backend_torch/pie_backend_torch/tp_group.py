@@ -29,6 +29,9 @@ __all__ = ["TpGroup", "Channel", "connect_worker"]
 
 _IDLE = datetime.timedelta(days=365)
 """How long a worker waits for rank 0's next command (an idle engine is not a failure)."""
+LOAD_TIMEOUT = 600.0
+"""Least seconds a load may wait on another rank (a worker starts Python and torch, then
+receives and lays out its weights): ``tp_timeout`` bounds the steps, not this."""
 
 
 class Channel:
@@ -37,16 +40,21 @@ class Channel:
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: float, device: torch.device) -> None:
         self.rank, self.size = rank, size
         self.timeout = datetime.timedelta(seconds=timeout)
-        self.control: Any = dist.ProcessGroupGloo(dist.PrefixStore("control", store), rank, size, self.timeout)  # stubs lack its ops
+        self.load_timeout = datetime.timedelta(seconds=max(timeout, LOAD_TIMEOUT))
+        # the groups' own default is the load's; every step's wait passes ``timeout`` itself
+        self.control: Any = dist.ProcessGroupGloo(dist.PrefixStore("control", store), rank, size, self.load_timeout)  # stubs lack its ops
         self.compute: Any = self.control
         if device.type == "cuda":  # same calls, NCCL underneath (not run in CI: no GPU there)
             options = dist.ProcessGroupNCCL.Options()
-            options._timeout = self.timeout
+            options._timeout = self.load_timeout
             self.compute = dist.ProcessGroupNCCL(dist.PrefixStore("compute", store), rank, size, options)
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum ``tensor`` over the ranks, in place."""
-        self.compute.allreduce([tensor]).wait(self.timeout)
+    def all_reduce(self, tensor: torch.Tensor, loading: bool = False) -> torch.Tensor:
+        """Sum ``tensor`` over the ranks, in place (``loading``: within the load's time limit)."""
+        timeout = self.load_timeout if loading else self.timeout
+        options = dist.AllreduceOptions()
+        options.timeout = timeout
+        self.compute.allreduce([tensor], options).wait(timeout)
         return tensor
 
     def broadcast_object(self, obj: Any = None, idle: bool = False) -> Any:
@@ -63,21 +71,22 @@ class Channel:
         return obj if self.rank == 0 else pickle.loads(payload.numpy().tobytes())
 
     def send_object(self, obj: Any, dst: int) -> None:
+        """Send ``obj`` to one rank (the load's weights: within the load's time limit)."""
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        self.control.send([torch.tensor([len(data)], dtype=torch.int64)], dst, 0).wait(self.timeout)
-        self.control.send([torch.frombuffer(bytearray(data), dtype=torch.uint8)], dst, 1).wait(self.timeout)
+        self.control.send([torch.tensor([len(data)], dtype=torch.int64)], dst, 0).wait(self.load_timeout)
+        self.control.send([torch.frombuffer(bytearray(data), dtype=torch.uint8)], dst, 1).wait(self.load_timeout)
 
     def recv_object(self, src: int = 0) -> Any:
         header = torch.zeros(1, dtype=torch.int64)
-        self.control.recv([header], src, 0).wait(self.timeout)
+        self.control.recv([header], src, 0).wait(self.load_timeout)
         payload = torch.empty(int(header[0]), dtype=torch.uint8)
-        self.control.recv([payload], src, 1).wait(self.timeout)
+        self.control.recv([payload], src, 1).wait(self.load_timeout)
         return pickle.loads(payload.numpy().tobytes())
 
 
 def connect_worker(port: int, rank: int, size: int, timeout: float, device: torch.device) -> Channel:
     """A worker's end: join rank 0's store, say it is up, and build the groups."""
-    store = dist.TCPStore("127.0.0.1", port, size, False, datetime.timedelta(seconds=timeout))
+    store = dist.TCPStore("127.0.0.1", port, size, False, datetime.timedelta(seconds=max(timeout, LOAD_TIMEOUT)))
     store.set(f"up/{rank}", str(os.getpid()))
     return Channel(store, rank, size, timeout, device)
 
@@ -112,7 +121,10 @@ class TpGroup:
         self.size = size
         self.failed: str | None = None
         self._timeout = timeout
-        store = dist.TCPStore("127.0.0.1", 0, size, True, datetime.timedelta(seconds=timeout), wait_for_workers=False)
+        self._load_timeout = max(timeout, LOAD_TIMEOUT)
+        store = dist.TCPStore(
+            "127.0.0.1", 0, size, True, datetime.timedelta(seconds=self._load_timeout), wait_for_workers=False
+        )
         self.port = int(store.port)
         base = device.index or 0
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -130,13 +142,13 @@ class TpGroup:
         self._store = store
 
     def _await_workers(self, store: dist.Store) -> None:
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self._load_timeout
         for r, p in enumerate(self.procs, start=1):
             while not store.check([f"up/{r}"]):
                 if p.poll() is not None:
                     raise RuntimeError(f"tensor-parallel rank {r} exited with code {p.returncode} while starting (its stderr has why)")
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"tensor-parallel rank {r} did not join within {self._timeout:g} s")
+                    raise RuntimeError(f"tensor-parallel rank {r} did not join within {self._load_timeout:g} s")
                 time.sleep(0.02)
 
     def check(self) -> None:
@@ -174,12 +186,13 @@ class TpGroup:
                 return self._fail(gone)
             time.sleep(0.02)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return self._fail(f"a tensor-parallel rank did not answer within {self._timeout:g} s ({first[:200]})")
+        limits = f"tp_timeout {self._timeout:g} s a step, {self._load_timeout:g} s a load"
+        return self._fail(f"a tensor-parallel rank did not answer in time ({limits}; {first[:160]})")
 
-    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+    def all_reduce(self, tensor: torch.Tensor, loading: bool = False) -> torch.Tensor:
         """Sum over the ranks (the forward's reduction), with a failure turned into :meth:`guard`'s error."""
         try:
-            return self.channel.all_reduce(tensor)
+            return self.channel.all_reduce(tensor, loading)
         except Exception as exc:
             raise self.guard(exc) from None
 

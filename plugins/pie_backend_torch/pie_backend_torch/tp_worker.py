@@ -54,7 +54,7 @@ def _serve(channel: Channel) -> None:
             model = build_transformer(local, weights, config, page_size, num_pages, host_pages, channel.all_reduce)
             lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
             adapters = AdapterStore(spec, lora_dtype, config.device, Shard(spec, channel.rank, config.tp))
-            channel.all_reduce(torch.ones(1, device=config.device))
+            channel.all_reduce(torch.ones(1, device=config.device), loading=True)
         elif model is None or adapters is None:
             raise RuntimeError(f"command {command!r} before any load")
         elif command == "forward":
