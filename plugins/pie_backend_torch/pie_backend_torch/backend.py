@@ -149,7 +149,6 @@ class TorchBackend(AdapterHooks):
         if options.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {options.page_size}")
         check_split(spec, config.tp)
-        self.close()  # a model loaded before, and its ranks
         threads = rank_threads(config)
         if threads is not None:
             torch.set_num_threads(threads)
@@ -157,10 +156,14 @@ class TorchBackend(AdapterHooks):
         per_page = page_bytes(spec.num_layers, options.page_size, local.num_kv_heads, spec.head_dim, config.dtype)
         num_pages = device_pool_pages(options, per_page)
         host_pages = host_pool_pages(options)
+        group: TpGroup | None = None
         if config.tp == 1:
             model = build_transformer(spec, weights, config, options.page_size, num_pages, host_pages)
         else:
-            model = self._load_ranks(spec, weights, config, options.page_size, num_pages, host_pages, threads)
+            model, group = self._load_ranks(spec, weights, config, options.page_size, num_pages, host_pages, threads)
+        if self._tp is not None:  # the model loaded before had ranks: they go once this one stands
+            self._tp.close()
+        self._tp = group
         cache = model.cache
         self._model = model
         lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
@@ -202,7 +205,7 @@ class TorchBackend(AdapterHooks):
         num_pages: int,
         host_pages: int,
         threads: int | None,
-    ) -> Transformer:
+    ) -> tuple[Transformer, TpGroup]:
         """Start the tp - 1 workers, send each its slice of every weight, and build rank 0's slice;
         returns once every rank holds its model (one all-reduce says so)."""
         group = TpGroup(config.tp, config.device, config.tp_timeout)
@@ -221,8 +224,7 @@ class TorchBackend(AdapterHooks):
         except BaseException:
             group.close()
             raise
-        self._tp = group
-        return model
+        return model, group
 
     def close(self) -> None:
         """Stop this backend's tensor-parallel workers (when ``tp`` > 1) and drop the model.
@@ -238,7 +240,6 @@ class TorchBackend(AdapterHooks):
     def _bank(self) -> Any:
         bank = super()._bank()
         return bank if self._tp is None else _MirroredBank(bank, self._tp)
-
 
     @hookimpl
     def pie_backend_capabilities(self) -> Capabilities:

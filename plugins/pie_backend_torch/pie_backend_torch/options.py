@@ -37,6 +37,8 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
 - ``threads``: intra-op threads for CPU work (``torch.set_num_threads``, process-wide; default:
   torch's own choice).
 - ``tp``: tensor-parallel ranks, an integer >= 1 (default 1: one process, nothing else changes).
+  On a CPU each rank runs ``cores / tp`` intra-op threads unless ``threads`` is given (set
+  process-wide, in rank 0's process too).
   ``tp=N`` starts N - 1 worker processes that hold a slice of every layer (Q/K/V, gate/up split
   by output, attention-out and MLP-down by input, KV heads per rank; see
   :mod:`pie_backend_torch.tp_shard`), joined by gloo on a CPU and NCCL on CUDA. The heads must
