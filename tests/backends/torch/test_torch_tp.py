@@ -149,8 +149,18 @@ def test_a_tp_that_cannot_split_the_model_is_refused_before_any_process_starts(e
 
 
 def _children() -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    """Live child processes of this one (from /proc: no procps needed)."""
+    me, kids = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(") ", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                kids.append(int(entry))
+    return kids
 
 
 def test_a_rank_that_dies_fails_the_next_forward_in_one_line_and_every_call_after():
