@@ -262,3 +262,12 @@ def test_a_rank_that_dies_inside_a_forward_fails_that_forward_naming_it():
     assert time.monotonic() - start < 10
     assert "\n" not in str(err.value) and f"rank 1 (pid {pid}) exited with code -9" in str(err.value)
     backend.close()
+
+
+def test_the_tp_step_benchmark_times_decode_steps_and_stops_its_ranks():
+    from benchmarks.tp_step import bench_spec, step_times
+
+    before = set(_children())
+    times = step_times(bench_spec(layers=1, hidden=64, heads=4, kv_heads=2, inter=64), 2, batch=2, prompt=8, steps=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert set(_children()) == before
