@@ -19,6 +19,7 @@ from pie_core.backend_kit import AdapterBank, ForwardBatch, ModelSpec
 
 from pie_backend_torch.lora_step import LoraStep, Stacked, stack
 from pie_backend_torch.lora_weights import LayerLora, fuse
+from pie_backend_torch.tp_shard import Shard, local_spec
 
 __all__ = ["AdapterStore", "MAX_ADAPTERS", "MAX_ADAPTER_RANK", "STACK_CACHE_SIZE"]
 
@@ -44,16 +45,26 @@ def _groups(ids: np.ndarray, seeds: np.ndarray) -> tuple[tuple[_Group, ...], np.
 
 
 class AdapterStore(AdapterBank[tuple[LayerLora, ...]]):
-    """Adapters of one loaded model, by the core's adapter id.
+    """Adapters of one loaded model, by the core's adapter id (``shard``: this tensor-parallel
+    rank's slice of each, :meth:`~pie_backend_torch.tp_shard.Shard.take_adapter`).
 
     LoRA weights are kept in ``dtype``: float32 on a CPU (whatever the model's compute dtype:
     they are small, and oneDNN's float32 small matmuls are faster than its bf16 ones), the compute
     dtype on CUDA.
     """
 
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
-        super().__init__(spec, lambda tensors, scaling: fuse(spec, tensors, scaling, dtype, device),
-                         MAX_ADAPTERS, MAX_ADAPTER_RANK)
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device, shard: Shard | None = None) -> None:
+        if shard is None:
+            super().__init__(spec, lambda tensors, scaling: fuse(spec, tensors, scaling, dtype, device),
+                             MAX_ADAPTERS, MAX_ADAPTER_RANK)
+        else:  # every rank holds the whole adapter and fuses its own slice of it
+            part = local_spec(spec, shard.tp)
+            super().__init__(
+                spec,
+                lambda tensors, scaling: fuse(part, shard.take_adapter(tensors), scaling, dtype, device),
+                MAX_ADAPTERS,
+                MAX_ADAPTER_RANK,
+            )
         self._dtype = dtype
         self._device = device
         self._stacks: OrderedDict[tuple[_Group, ...], tuple[tuple[Stacked | None, ...], ...]] = OrderedDict()

@@ -7,6 +7,10 @@ batch at once (prefill and decode rows mixed); Q and K heads are rotated togethe
 the torch path of :mod:`pie_backend_torch.attention` or the Triton kernels. Logits are computed
 only for the rows the batch samples or probes. A batch running adapters adds their LoRA deltas to
 the four projections' outputs (:class:`~pie_backend_torch.lora_step.LoraStep`).
+
+Under tensor parallelism (:mod:`pie_backend_torch.tp_shard`) each rank runs this same forward on
+its slice (its heads, its part of the MLP) and ``reduce`` sums the attention-out and MLP-down
+products over the ranks; with one rank ``reduce`` is None and nothing else differs.
 """
 
 from __future__ import annotations
@@ -47,8 +51,17 @@ def activation(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
 class Transformer:
     """Runs one model's forward against its KV cache."""
 
-    def __init__(self, spec: ModelSpec, weights: ModelWeights, cache: KvCache, config: TorchConfig) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        weights: ModelWeights,
+        cache: KvCache,
+        config: TorchConfig,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         self.act = activation(spec.hidden_act)
+        self.reduce = reduce
+        """Sums a row-parallel product over the tensor-parallel ranks (None: one rank)."""
         self.spec = spec
         self.weights = weights
         self.cache = cache
@@ -148,12 +161,15 @@ class Transformer:
         else:
             ctx = self._attention(i, lw, qkv, rot, plan)
         o = lw.attn_output(ctx)
+        tp = self.reduce is not None
+        if lora is not None and (lw.post_attention_norm is not None or tp):
+            lora.add(i, ATTN_OUTPUT, ctx, o)  # under tp a partial sum, like ``o``: before the all-reduce
+        if self.reduce is not None:
+            o = self.reduce(o)
         if lw.post_attention_norm is not None:
-            if lora is not None:
-                lora.add(i, ATTN_OUTPUT, ctx, o)
             o = F.rms_norm(o, (spec.hidden_size,), lw.post_attention_norm, eps)
         x = x + o
-        if lora is not None and lw.post_attention_norm is None:
+        if lora is not None and lw.post_attention_norm is None and not tp:
             lora.add(i, ATTN_OUTPUT, ctx, x)  # straight into the float32 residual: no cast, cheaper adds
         normed = F.rms_norm(x, (spec.hidden_size,), lw.ffn_norm, eps)
         gu = lw.gate_up(normed.to(dtype))
@@ -162,12 +178,14 @@ class Transformer:
         inter = spec.intermediate_size
         act = self.act(gu[:, :inter]) * gu[:, inter:]
         f = lw.ffn_down(act)
+        if lora is not None and (lw.post_ffw_norm is not None or tp):
+            lora.add(i, FFN_DOWN, act, f)
+        if self.reduce is not None:
+            f = self.reduce(f)
         if lw.post_ffw_norm is not None:
-            if lora is not None:
-                lora.add(i, FFN_DOWN, act, f)
             f = F.rms_norm(f, (spec.hidden_size,), lw.post_ffw_norm, eps)
         x = x + f
-        if lora is not None and lw.post_ffw_norm is None:
+        if lora is not None and lw.post_ffw_norm is None and not tp:
             lora.add(i, FFN_DOWN, act, x)
         return x
 

@@ -36,6 +36,22 @@ Keys of ``BackendOptions.extra`` the torch backend reads (all optional):
   plain float32 weights are the engine's own cache already).
 - ``threads``: intra-op threads for CPU work (``torch.set_num_threads``, process-wide; default:
   torch's own choice).
+- ``tp``: tensor-parallel ranks, an integer >= 1 (default 1: one process, nothing else changes).
+  On a CPU each rank runs ``cores / tp`` intra-op threads unless ``threads`` is given (set
+  process-wide, in rank 0's process too).
+  ``tp=N`` starts N - 1 worker processes that hold a slice of every layer (Q/K/V, gate/up split
+  by output, attention-out and MLP-down by input, KV heads per rank; see
+  :mod:`pie_backend_torch.tp_shard`), joined by gloo on a CPU and NCCL on CUDA. The heads must
+  split evenly: ``num_heads % tp == 0``, and ``num_kv_heads % tp == 0`` or ``tp % num_kv_heads ==
+  0`` (then ranks share a KV head, each keeping its own copy). Under ``tp > 1`` ``quant`` auto
+  means dense weights (``"none"``) and ``dtype`` auto bfloat16 where computed natively else
+  float32; a format named explicitly is built by each rank over its slices: the block formats
+  (q4, q8, fit, int4, int8) then hold exactly the one-rank layers' blocks when each rank's share
+  of the attention-out and MLP-down inputs is a multiple of 32 (else those layers fall back as
+  :func:`~pie_backend_torch.linear.quantise` says), while w8a8 scales each token over the rank's
+  slice, a small numeric difference. CUDA graphs are off, and ``tp_timeout`` (seconds, default
+  120) bounds every wait on another rank during a step; a load may wait longer
+  (:data:`pie_backend_torch.tp_group.LOAD_TIMEOUT`: a worker starts Python and receives its weights).
 """
 
 from __future__ import annotations
@@ -66,7 +82,9 @@ Q4_MAX_TOKENS = 64
 GEMM up to ~64 rows with the weights in cache and reads 0.6 bytes a weight to w8a8's 1 when they
 are not (a 32-request decode step of the default model: 90 ms on q4, 122 ms on w8a8); above that,
 w8a8 is faster. The plain AVX2 path keeps the general default (not measured on an AVX2-only CPU)."""
-_KNOWN_EXTRA = {"quant", "quant_large", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache"}
+_KNOWN_EXTRA = {
+    "quant", "quant_large", "quant_max_tokens", "kernels", "cuda_graphs", "threads", "weights_cache", "tp", "tp_timeout"
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +104,10 @@ class TorchConfig:
     """The engine's name for the weights' content, or "" (see ``BackendOptions.weights_key``)."""
     weights_cache: bool
     """Whether derived weights are kept on disk under ``weights_key``."""
+    tp: int = 1
+    """Tensor-parallel ranks (this process is rank 0)."""
+    tp_timeout: float = 120.0
+    """Seconds any wait on another rank may take before it fails."""
 
     @property
     def dtype_name(self) -> str:
@@ -147,6 +169,25 @@ def _flag(extra: dict[str, Any], key: str, default: bool) -> bool:
     return bool(value)
 
 
+def _positive_int(extra: dict[str, Any], key: str, default: int) -> int:
+    value = extra.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"extra[{key!r}] must be an integer >= 1, got {value!r}") from None
+    if number < 1 or isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"extra[{key!r}] must be an integer >= 1, got {value!r}")
+    return number
+
+
+def _tp_checked(tp: int, extra: dict[str, Any]) -> None:
+    """What ``tp > 1`` cannot run: CUDA graphs."""
+    if tp == 1:
+        return
+    if _flag(extra, "cuda_graphs", False):
+        raise ValueError(f"tp={tp} does not capture CUDA graphs (the all-reduces are not captured); drop cuda_graphs")
+
+
 def resolve_options(options: BackendOptions) -> TorchConfig:
     """Check the engine's options and pick defaults for what it left open.
 
@@ -159,6 +200,18 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         raise ValueError(f"unknown torch backend option(s) {', '.join(unknown)}; known: {', '.join(sorted(_KNOWN_EXTRA))}")
     device = _device(options.device)
     dtype = _dtype(options.dtype, device)
+    tp = _positive_int(extra, "tp", 1)
+    _tp_checked(tp, extra)
+    try:
+        tp_timeout = float(extra.get("tp_timeout", 120.0))
+    except (TypeError, ValueError):
+        tp_timeout = float("nan")
+    if not tp_timeout > 0:
+        raise ValueError(f"extra['tp_timeout'] must be > 0 seconds, got {extra.get('tp_timeout')!r}")
+    if tp > 1:
+        extra.setdefault("quant", "none")  # auto: dense; a format asked for by name is split as it is
+        extra["quant"] = "none" if extra["quant"] == "auto" else extra["quant"]
+        extra["cuda_graphs"] = False
     quant = str(extra.get("quant", "auto"))
     auto_quant = quant == "auto"
     if auto_quant:
@@ -214,7 +267,10 @@ def resolve_options(options: BackendOptions) -> TorchConfig:
         threads=None if threads is None else int(threads),
         weights_key=options.weights_key,
         weights_cache=_flag(extra, "weights_cache", True)
+        and tp == 1  # a rank's slice is not what the store keeps
         and bool(options.weights_key)
         and device.type == "cpu"
         and (quant != "none" or dtype != torch.float32),
+        tp=tp,
+        tp_timeout=tp_timeout,
     )
