@@ -40,6 +40,10 @@ def register(sub: Any) -> None:
     p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
     add_backend_arguments(p)
+    p.add_argument("--replicas", metavar="N",
+                   help="serve each model from N replicas (data parallel), each a backend instance with its own "
+                   "KV pool and batcher; requests go to the replica with room, their cached prompt prefix, "
+                   "and the least load (default: engine.replicas, or 1)")
     p.add_argument("--isolation", choices=["auto", "wasm", "process", "inprocess"], default="auto",
                    help="wasm: each inferlet in a WebAssembly sandbox (no files but its scratch directory, no "
                    "sockets, no processes); process: each in its own worker process; inprocess: a task in the "

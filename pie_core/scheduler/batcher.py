@@ -127,6 +127,9 @@ class Batcher:
         self._last_size = 1
         self._last_duration = 0.0
         self.stats = BatchStats()
+        self.on_failure: Callable[[Exception], None] | None = None
+        """Called on the event loop with the error of every batch the backend failed (the
+        engine marks the replica dead); an exception from it is logged and ignored."""
         worker.listen(self._op_enqueued)
 
     async def submit(self, request: ForwardRequest) -> RequestOutput:
@@ -169,6 +172,11 @@ class Batcher:
     def queued(self) -> int:
         """Requests waiting for a batch (queued or taken into the next one)."""
         return len(self._queue) + len(self._ahead)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests of the batch the backend runs now (0 when none runs)."""
+        return 0 if self._flight is None else len(self._flight.requests)
 
     async def close(self) -> None:
         """Stop the loop, let the batch in flight finish, fail what waits, stop the worker thread."""
@@ -303,6 +311,11 @@ class Batcher:
             for req in taken:
                 if req.future is not None and not req.future.done():
                     req.future.set_exception(err)
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(err)
+                except Exception:
+                    _log.exception("the on_failure hook failed; the batcher goes on")
         else:
             self._last_size = len(taken)
             self.stats.batches += 1
