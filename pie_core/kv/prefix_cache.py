@@ -68,11 +68,12 @@ class PrefixCache:
         return len(self._pages)
 
     def cached_prefix(self, keys: list[bytes]) -> int:
-        """How many leading ``keys`` are cached, without touching them or counting hits (a
-        placement probe, not a use)."""
+        """How many leading ``keys`` are cached or being computed by a pass in flight (a pass
+        that needs them waits for it and adopts them), without touching them or counting hits:
+        a placement probe, not a use."""
         n = 0
         for key in keys:
-            if key not in self._pages:
+            if key not in self._pages and key not in self._computing:
                 break
             n += 1
         return n
