@@ -28,7 +28,7 @@ from pie_core.scheduler.market import Market
 from pie_core.scheduler.passes import tag_valid
 from pie_core.scheduler.trace import from_env as trace_from_env
 
-__all__ = ["Engine", "LoadedModel", "default_backend_name"]
+__all__ = ["Engine", "LoadedModel", "default_backend_name", "replica_device"]
 
 Progress = Callable[[int, int], None]
 
@@ -79,6 +79,12 @@ class LoadedModel:
     @property
     def chat(self) -> Any:
         return self.source.chat
+
+
+def replica_device(device: str, index: int, replicas: int) -> str:
+    """The device replica ``index`` of ``replicas`` loads on: a bare ``cuda`` is spread over
+    ``cuda:0``, ``cuda:1``, ...; any other device (``cpu``, ``cuda:2``) is shared by all."""
+    return f"cuda:{index}" if replicas > 1 and device == "cuda" else device
 
 
 def _replayable(kv: KvContext) -> bool:
@@ -165,7 +171,8 @@ class Engine:
             # A backend that stores its own layout of the weights needs them once: no float32 copy stays.
             keep = not getattr(worker.call(lambda b: b.info()), "keeps_derived_weights", False)
             weights = source.weights(progress=progress, keep=keep)
-            options = dataclasses.replace(self.options, weights_key=source.cache_key)
+            options = dataclasses.replace(self.options, weights_key=source.cache_key,
+                                          device=replica_device(self.options.device, index, self.num_replicas))
             caps: Capabilities = worker.call(lambda b: b.load_model(source.spec, weights, options))
         except BaseException as exc:
             worker.close(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for

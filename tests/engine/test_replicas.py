@@ -213,3 +213,11 @@ def test_a_replica_whose_backend_dies_fails_only_its_own_inferlets(engine):
     assert not r1.alive and r0.alive
     assert [(f.kind, f.value) for f in later] == [("return", 0)] * 3  # the engine keeps serving
     assert r0.bound == r1.bound == 0
+
+
+def test_a_bare_cuda_device_is_spread_over_the_replicas():
+    from pie_core.engine.engine import replica_device
+
+    assert [replica_device("cuda", i, 3) for i in range(3)] == ["cuda:0", "cuda:1", "cuda:2"]
+    assert replica_device("cuda", 0, 1) == "cuda" and replica_device("cpu", 1, 2) == "cpu"
+    assert replica_device("cuda:1", 1, 2) == "cuda:1"
