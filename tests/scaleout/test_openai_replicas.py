@@ -1,6 +1,7 @@
 """``pie serve`` with two replicas (dummy backend): an OpenAI request knows its prompt, so it is
 placed on the replica whose prefix cache holds the prompt's pages, even when that replica is the
-busier one; without a cached prefix the less loaded replica takes it."""
+busier one; without a cached prefix the less loaded replica takes it. ``/metrics`` labels each
+replica, and the users' quotas bound every replica's pool."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from pie_core.engine.engine import Engine
 from pie_core.hookspec import BackendOptions
 from pie_core.server import Authenticator, PieServer, ServerOptions
+from pie_core.server.metrics import prometheus_text
 from pie_core.server.openai_placement import demand_of
 
 PS = 4
@@ -52,6 +54,10 @@ def test_a_completion_goes_to_the_replica_holding_its_prompt_prefix():
             other = await asyncio.to_thread(_post, url, {**ask, "prompt": "Something else entirely, of no shared pages"})
             r1.bound -= 2
             assert other["choices"]
+            text = prometheus_text(server)
+            for replica in (0, 1):
+                assert f'pie_batches_total{{model="{model}",replica="{replica}"}}' in text
+            assert r1.pool.accounts.limit_of is not None, "the users' page quotas bound every replica's pool"
             return hits, len(r0.pool.cache), len(demand.keys)
         finally:
             await server.close()
