@@ -52,6 +52,12 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_serve)
 
 
+def _replicas_note(engine: Any) -> str:
+    """`` × N replicas`` when the engine serves each model from several, else nothing."""
+    n = int(getattr(engine, "num_replicas", 1))
+    return f" × {n} replicas" if n > 1 else ""
+
+
 def _isolation(choice: str) -> str:
     """The runner ``--isolation`` names: ``auto`` is wasm where its toolchain is installed.
 
@@ -170,7 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
             await launcher.host()  # build (first time only) and compile the component before taking clients
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
-                    f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)
+                    f"{', '.join(engine.models)} on {engine.backend}{_replicas_note(engine)} · {mode} · "
+                    f"isolation {args.isolation}", soft_wrap=True)
         page = f"http://{_url_host(args.host)}:{server.port}/"
         console.print(f"chat in a browser: [bold]{page}[/]" + (" (paste a token from 'pie auth add NAME')" if auth.enabled else ""),
                       soft_wrap=True)
