@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -126,7 +127,7 @@ def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
     metric("pie_user_credits", "gauge", "Credits a user's live inferlets hold in a model's KV-page market "
            "(their endowments are bounded by quota server.quotas.credits).", credits)
 
-    def by_user(counts: dict[str, float]) -> list[tuple[str, float]]:
+    def by_user(counts: Mapping[str, float]) -> list[tuple[str, float]]:
         return sorted((f'{{user="{_label(who(u))}"}}', float(n)) for u, n in counts.items())
 
     for user in {p.user for p in procs}:
