@@ -14,7 +14,7 @@ from pie_core.adapters.store import AdapterStore
 from pie_core.backend import BackendWorker
 from pie_core.engine.broker import Broker
 from pie_core.engine.placement import Demand, place
-from pie_core.errors import InvalidInput, NotFound
+from pie_core.errors import BackendError, InvalidInput, NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.context import KvContext
 from pie_core.kv.host_pool import HostPool
@@ -202,7 +202,7 @@ class Engine:
             market=market,
             index=index,
         )
-        batcher.on_failure = lambda exc: self._failed(model)
+        batcher.on_failure = lambda exc: self._failed(model, exc)
         return model
 
     def model(self, name: str) -> LoadedModel:
@@ -236,11 +236,13 @@ class Engine:
                 return replica
         return self.model(name)
 
-    def _failed(self, replica: LoadedModel) -> None:
-        # One replica's failure must not stop the others: placement skips it from now on. With
-        # one replica nothing changes (a failed batch fails its own requests, as it always did).
-        if len(self.replicas.get(replica.name, ())) > 1:
+    def _failed(self, replica: LoadedModel, error: Exception) -> None:
+        # One replica's failure must not stop the others: it is dead, what waits on it fails,
+        # its inferlets' next passes fail (host.inference), placement skips it. With one
+        # replica nothing changes (a failed batch fails its own requests, as it always did).
+        if len(self.replicas.get(replica.name, ())) > 1 and replica.alive:
             replica.alive = False
+            replica.batcher.stop(BackendError(f"replica {replica.index} of {replica.name!r} died: {error}"))
 
     def all_replicas(self) -> list[LoadedModel]:
         """Every replica of every loaded model."""

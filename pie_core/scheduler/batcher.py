@@ -127,6 +127,7 @@ class Batcher:
         self._last_size = 1
         self._last_duration = 0.0
         self.stats = BatchStats()
+        self._dead: Exception | None = None  # set by stop(): every request fails with it
         self.on_failure: Callable[[Exception], None] | None = None
         """Called on the event loop with the error of every batch the backend failed (the
         engine marks the replica dead); an exception from it is logged and ignored."""
@@ -142,6 +143,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         self._adopt(loop)
         request.future = loop.create_future()
+        if self._dead is not None:  # its replica died: nothing more reaches its backend
+            request.future.set_exception(self._dead)
+            return request.future
         self._queue.append(request)
         self._pending_tokens += request.num_tokens
         self._pending_mask += _mask_size(request)
@@ -178,6 +182,24 @@ class Batcher:
         """Requests of the batch the backend runs now (0 when none runs)."""
         return 0 if self._flight is None else len(self._flight.requests)
 
+    def stop(self, error: Exception) -> None:
+        """Take no more requests: every one that waits for a batch (queued or taken into the
+        next) and every one enqueued from now on fails with ``error`` (a dead replica); the
+        batch in flight, if any, lands as usual. Operations still run (page copies, adapter
+        calls), so contexts can release their pages."""
+        self._dead = error
+        self.fail_waiting(error)
+
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail every request that waits for a batch (queued or taken into the next) with
+        ``error``; the batch in flight, if any, lands as usual."""
+        for req in self._ahead + self._queue:
+            if req.future is not None and not req.future.done():
+                req.future.set_exception(error)
+        self._queue.clear()
+        self._ahead, self._ahead_batch = [], None
+        self._pending_tokens = self._pending_mask = 0
+
     async def close(self) -> None:
         """Stop the loop, let the batch in flight finish, fail what waits, stop the worker thread."""
         if self._task is not None:
@@ -190,13 +212,8 @@ class Batcher:
         if flight is not None and flight.future.get_loop() is asyncio.get_running_loop():
             await asyncio.wait([flight.future])
             self._land(flight)
-        for req in self._ahead + self._queue:
-            if req.future is not None and not req.future.done():
-                req.future.set_exception(BackendError("the engine shut down before this pass ran"))
+        self.fail_waiting(BackendError("the engine shut down before this pass ran"))
         self.worker.fail_pending(BackendError("the engine shut down before this operation ran"))
-        self._queue.clear()
-        self._ahead, self._ahead_batch = [], None
-        self._pending_tokens = self._pending_mask = 0
         self.worker.close()
         if self._trace is not None:
             self._trace.close()

@@ -187,14 +187,19 @@ def test_messages_cross_replicas(engine):
 class _Broken:
     """A hook wrapper that makes one replica's backend fail every batch."""
 
+    def __init__(self) -> None:
+        self.calls = 0
+
     @hookimpl(tryfirst=True)
     def pie_backend_forward(self, batch: Any) -> Any:
+        self.calls += 1
         raise RuntimeError("device lost")
 
 
 def test_a_replica_whose_backend_dies_fails_only_its_own_inferlets(engine):
     r0, r1 = engine.replicas[_name(engine)]
-    r1.worker.register(_Broken())
+    broken = _Broken()
+    r1.worker.register(broken)
 
     async def scenario():
         async def main(_):
@@ -203,15 +208,34 @@ def test_a_replica_whose_backend_dies_fails_only_its_own_inferlets(engine):
             ctx.release()
             return index
 
-        first = await asyncio.gather(*(_inferlet(engine, main) for _ in range(4)))
-        later = await asyncio.gather(*(_inferlet(engine, main) for _ in range(3)))
-        return first, later
+        async def opened_before(_):  # its context is on replica 1 before the replica dies
+            ctx = host_context.create(_name(current().engine))
+            await died.wait()
+            try:
+                await forward(ctx, [1, 2], samples=[SampleSpec(index=1)])
+            finally:
+                ctx.release()
 
-    first, later = asyncio.run(scenario())
+        died = asyncio.Event()
+        r0.bound += 1
+        early = asyncio.ensure_future(_inferlet(engine, opened_before))
+        await asyncio.sleep(0.01)
+        r0.bound -= 1
+
+        r1.bound -= 1  # the early inferlet does not count as load: the four below split 2 and 2
+        first = await asyncio.gather(*(_inferlet(engine, main) for _ in range(4)))
+        r1.bound += 1
+        died.set()
+        later = await asyncio.gather(*(_inferlet(engine, main) for _ in range(3)))
+        return first, later, await early
+
+    first, later, early = asyncio.run(scenario())
     kinds = sorted((f.kind, f.value if f.kind == "return" else "device lost" in f.value) for f in first)
     assert kinds == [("error", True), ("error", True), ("return", 0), ("return", 0)]
     assert not r1.alive and r0.alive
     assert [(f.kind, f.value) for f in later] == [("return", 0)] * 3  # the engine keeps serving
+    assert early.kind == "error" and "died" in early.value  # failed in the host, not on the backend
+    assert broken.calls == 1  # one batch reached the dead backend: the one that failed
     assert r0.bound == r1.bound == 0
 
 
