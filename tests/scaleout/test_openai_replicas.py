@@ -17,6 +17,7 @@ from pie_core.hookspec import BackendOptions
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.metrics import prometheus_text
 from pie_core.server.openai_placement import demand_of
+from pie_core.server.openai_request import chat_args
 
 PS = 4
 PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire tonight"
@@ -66,4 +67,29 @@ def test_a_completion_goes_to_the_replica_holding_its_prompt_prefix():
     hits, r0_cached, pages = asyncio.run(main())
     assert hits >= pages  # the second request reused the first one's prompt pages on replica 1
     assert r0_cached > 0  # the unrelated prompt went to the idle replica 0
+    assert engine.pools_whole()
+
+
+def test_a_chat_requests_router_keys_are_the_pages_its_inferlet_commits():
+    engine = Engine("dummy", options=BackendOptions(page_size=PS, kv_pages=64), replicas=2)
+    model = engine.load(None).name
+    messages = [{"role": "system", "content": "You are a terse assistant for questions about foxes."},
+                {"role": "user", "content": PROMPT}]
+
+    async def main() -> tuple[int, list[int]]:
+        opts = ServerOptions(port=0, data_dir=Path(tempfile.mkdtemp(prefix="pie-srv-")), status_interval=0)
+        server = PieServer(engine, opts, auth=Authenticator([], enabled=False), close_engine=False)
+        await server.start()
+        body = {"model": model, "messages": messages, "max_tokens": 2, "temperature": 0}
+        try:
+            demand = demand_of(server, chat_args(server, body))
+            assert demand is not None
+            await asyncio.to_thread(_post, f"http://127.0.0.1:{server.port}/v1/chat/completions", body)
+            return len(demand.keys), [r.pool.cache.cached_prefix(list(demand.keys)) for r in engine.replicas[model]]
+        finally:
+            await server.close()
+            await engine.close()
+
+    pages, cached = asyncio.run(main())
+    assert pages >= 3 and sorted(cached) == [0, pages]  # all of them, on the replica it ran on
     assert engine.pools_whole()
