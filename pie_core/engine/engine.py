@@ -139,22 +139,33 @@ class Engine:
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
-    def load(self, name: str | None = None, progress: Progress | None = None) -> LoadedModel:
-        """Resolve a model by name (None = the default), load it on the backend, return it.
+    def load(self, name: str | None = None, progress: Progress | None = None, *,
+             replicas: int | None = None) -> LoadedModel:
+        """Resolve a model by name (None = the default), load it on the backend, return it
+        (replica 0; ``replicas[name]`` lists them all).
+
+        Args:
+            name: The model (None = the configured default).
+            progress: Called with (done, total) bytes while weights are read.
+            replicas: Replicas of this model (None = the engine's ``replicas``).
 
         Raises:
             NotFound: No model of that name.
             InvalidInput: The backend refused an option or a weight (its ``ValueError``).
+            ValueError: ``replicas`` < 1.
         """
         from pie_core.models.registry import resolve_model
 
+        count = self.num_replicas if replicas is None else replicas
+        if count < 1:
+            raise ValueError(f"replicas must be >= 1, got {count}")
         source = resolve_model(name, self.config)
         if source.name in self.models:
             return self.models[source.name]
         loaded: list[LoadedModel] = []
         try:
-            for index in range(self.num_replicas):
-                loaded.append(self._load_replica(source, index, progress))
+            for index in range(count):
+                loaded.append(self._load_replica(source, index, count, progress))
         except BaseException:
             for replica in loaded:
                 replica.worker.close()
@@ -163,8 +174,8 @@ class Engine:
         self.replicas[source.name] = loaded
         return loaded[0]
 
-    def _load_replica(self, source: Any, index: int, progress: Progress | None) -> LoadedModel:
-        """Load ``source`` on a new backend worker: replica ``index`` of the model."""
+    def _load_replica(self, source: Any, index: int, count: int, progress: Progress | None) -> LoadedModel:
+        """Load ``source`` on a new backend worker: replica ``index`` of ``count``."""
         # The load runs on the thread the batches will (see pie_core.backend.backend_thread).
         worker = BackendWorker(bind_backend(self.backend))
         try:
@@ -172,7 +183,7 @@ class Engine:
             keep = not getattr(worker.call(lambda b: b.info()), "keeps_derived_weights", False)
             weights = source.weights(progress=progress, keep=keep)
             options = dataclasses.replace(self.options, weights_key=source.cache_key,
-                                          device=replica_device(self.options.device, index, self.num_replicas))
+                                          device=replica_device(self.options.device, index, count))
             caps: Capabilities = worker.call(lambda b: b.load_model(source.spec, weights, options))
         except BaseException as exc:
             worker.close(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for

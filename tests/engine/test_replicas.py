@@ -245,3 +245,12 @@ def test_a_bare_cuda_device_is_spread_over_the_replicas():
     assert [replica_device("cuda", i, 3) for i in range(3)] == ["cuda:0", "cuda:1", "cuda:2"]
     assert replica_device("cuda", 0, 1) == "cuda" and replica_device("cpu", 1, 2) == "cpu"
     assert replica_device("cuda:1", 1, 2) == "cuda:1"
+
+
+def test_load_takes_its_own_replica_count():
+    engine = Engine("dummy", options=BackendOptions(page_size=PS, kv_pages=PAGES))
+    model = engine.load(None, replicas=3)
+    assert [r.index for r in engine.replicas[model.name]] == [0, 1, 2]
+    assert len({id(r.pool) for r in engine.replicas[model.name]}) == 3
+    asyncio.run(engine.close())
+    assert engine.pools_whole()
