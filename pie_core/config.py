@@ -42,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "engine.kv_memory": "2GiB",
     "engine.kv_pages": 0,
     "engine.host_pages": -1,
+    "engine.replicas": 1,
 }
 
 _DEFAULT_TEXT = '''\

@@ -40,12 +40,17 @@ class EngineOptions:
     backend_name: str | None = None
     """The backend plugin: ``--backend``, else ``engine.default_backend``; ``None`` for ``auto``
     (the engine's :func:`~pie_core.engine.engine.default_backend_name`)."""
+    replicas: int = 1
+    """Replicas per model: ``--replicas`` (``pie serve``), else ``engine.replicas``."""
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` only when set)."""
+        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` and
+        ``replicas`` only when set)."""
         kwargs: dict[str, Any] = {"options": self.backend}
         if self.host_pages is not None:
             kwargs["host_pages"] = self.host_pages
+        if self.replicas != 1:
+            kwargs["replicas"] = self.replicas
         return kwargs
 
 
@@ -69,7 +74,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) -> EngineOptions:
     """The options the flags ask for, with ``engine.default_backend``, ``engine.page_size``,
-    ``engine.kv_memory``, ``engine.kv_pages`` and ``engine.host_pages`` from the configuration
+    ``engine.kv_memory``, ``engine.kv_pages``, ``engine.host_pages`` and ``engine.replicas`` from the configuration
     where no flag is given (``--dummy`` picks the dummy backend whatever the configuration says).
 
     Args:
@@ -100,7 +105,11 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
                              kv_memory_bytes=kv_memory)
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)
-    return EngineOptions(backend=backend, host_pages=host_pages, backend_name=_backend_name(args, doc))
+    if getattr(args, "replicas", None) is not None:
+        replicas = _flag_int("--replicas", args.replicas, 1, "replicas per model")
+    else:
+        replicas = _config_int(doc, "engine.replicas", 1, "replicas per model (data parallel)")
+    return EngineOptions(backend=backend, host_pages=host_pages, backend_name=_backend_name(args, doc), replicas=replicas)
 
 
 def _backend_name(args: argparse.Namespace, doc: TOMLDocument) -> str | None:

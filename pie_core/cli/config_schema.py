@@ -161,6 +161,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "KV pages in the device pool; 0 sizes it from engine.kv_memory"),
     Setting("engine.host_pages", "a whole number >= -1", _whole(-1),
             "host pages suspended contexts are offloaded to; 0 is none, -1 the backend's default"),
+    Setting("engine.replicas", "a whole number >= 1", _whole(1),
+            "replicas of each model the engine loads, each its own backend, KV pool and batcher (pie serve --replicas)"),
     Setting("model.<name>.path", "an existing .gguf file or Hugging Face folder", _model_path,
             "where the model <name> is; a relative path is stored absolute"),
     Setting("model.<name>.format", "'gguf' or 'hf'", _model_format, "the checkpoint format, guessed from the path when unset"),

@@ -40,12 +40,22 @@ def register(sub: Any) -> None:
     p.add_argument("--status-interval", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--policy", choices=["adaptive", "greedy"], default="adaptive", help="batching policy")
     add_backend_arguments(p)
+    p.add_argument("--replicas", metavar="N",
+                   help="serve each model from N replicas (data parallel), each a backend instance with its own "
+                   "KV pool and batcher; requests go to the replica with room, their cached prompt prefix, "
+                   "and the least load (default: engine.replicas, or 1)")
     p.add_argument("--isolation", choices=["auto", "wasm", "process", "inprocess"], default="auto",
                    help="wasm: each inferlet in a WebAssembly sandbox (no files but its scratch directory, no "
                    "sockets, no processes); process: each in its own worker process; inprocess: a task in the "
                    "server (no containment). Limits come from config. Default auto: wasm when its toolchain "
                    "is installed (pip install 'pie-engine[wasm]'), else process")
     p.set_defaults(handler=_serve)
+
+
+def _replicas_note(engine: Any) -> str:
+    """`` × N replicas`` when the engine serves each model from several, else nothing."""
+    n = int(getattr(engine, "num_replicas", 1))
+    return f" × {n} replicas" if n > 1 else ""
 
 
 def _isolation(choice: str) -> str:
@@ -166,7 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
             await launcher.host()  # build (first time only) and compile the component before taking clients
         mode = "auth off (user 'local')" if not auth.enabled else f"auth on (users: {auth.user_count})"
         console.print(f"pie serve on [bold]{server.url}[/] (http://{args.host}:{server.port}/v1) · "
-                    f"{', '.join(engine.models)} on {engine.backend} · {mode} · isolation {args.isolation}", soft_wrap=True)
+                    f"{', '.join(engine.models)} on {engine.backend}{_replicas_note(engine)} · {mode} · "
+                    f"isolation {args.isolation}", soft_wrap=True)
         page = f"http://{_url_host(args.host)}:{server.port}/"
         console.print(f"chat in a browser: [bold]{page}[/]" + (" (paste a token from 'pie auth add NAME')" if auth.enabled else ""),
                       soft_wrap=True)

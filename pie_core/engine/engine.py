@@ -1,4 +1,5 @@
-"""The engine: a backend worker per loaded model, with its page pool and batcher."""
+"""The engine: per loaded model, one or more replicas, each a backend worker with its page pool
+and batcher; inferlets are placed on a replica when they first use the model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pie_core import __version__
 from pie_core.adapters.store import AdapterStore
 from pie_core.backend import BackendWorker
 from pie_core.engine.broker import Broker
-from pie_core.errors import InvalidInput, NotFound
+from pie_core.engine.placement import Demand, place
+from pie_core.errors import BackendError, InvalidInput, NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
 from pie_core.kv.context import KvContext
 from pie_core.kv.host_pool import HostPool
@@ -26,7 +28,7 @@ from pie_core.scheduler.market import Market
 from pie_core.scheduler.passes import tag_valid
 from pie_core.scheduler.trace import from_env as trace_from_env
 
-__all__ = ["Engine", "LoadedModel", "default_backend_name"]
+__all__ = ["Engine", "LoadedModel", "default_backend_name", "replica_device"]
 
 Progress = Callable[[int, int], None]
 
@@ -42,7 +44,9 @@ def default_backend_name() -> str:
 
 @dataclass(slots=True)
 class LoadedModel:
-    """One model served by one backend instance, which only ``worker`` calls."""
+    """One replica of a model: one backend instance, which only ``worker`` calls, with its own
+    page pool, batcher and market. ``source`` (spec, tokenizer, chat format) is shared by a
+    model's replicas; ``Engine.models`` holds replica 0, ``Engine.replicas`` all of them."""
 
     name: str
     source: Any  # pie_core.models.registry.ModelSource
@@ -52,6 +56,17 @@ class LoadedModel:
     pool: PagePool
     batcher: Batcher
     market: Market
+    index: int = 0
+    """The replica's place in ``Engine.replicas[name]``."""
+    alive: bool = True
+    """False once a batch failed on its backend with more than one replica: placement skips it."""
+    bound: int = 0
+    """Inferlets placed on this replica that still run."""
+
+    @property
+    def load(self) -> int:
+        """Placement's load: bound inferlets, plus passes queued and in flight."""
+        return self.bound + self.batcher.queued + self.batcher.in_flight
 
     @property
     def spec(self) -> Any:
@@ -64,6 +79,12 @@ class LoadedModel:
     @property
     def chat(self) -> Any:
         return self.source.chat
+
+
+def replica_device(device: str, index: int, replicas: int) -> str:
+    """The device replica ``index`` of ``replicas`` loads on: a bare ``cuda`` is spread over
+    ``cuda:0``, ``cuda:1``, ...; any other device (``cpu``, ``cuda:2``) is shared by all."""
+    return f"cuda:{index}" if replicas > 1 and device == "cuda" else device
 
 
 def _replayable(kv: KvContext) -> bool:
@@ -82,6 +103,7 @@ class Engine:
         config: Any = None,
         host_pages: int | None = None,
         endowment: float = DEFAULT_ENDOWMENT,
+        replicas: int = 1,
     ) -> None:
         """
         Args:
@@ -92,9 +114,14 @@ class Engine:
             host_pages: Host pool pages suspended contexts may be copied to (None = all the
                 backend has; 0 = none: suspended contexts are rebuilt by replay).
             endowment: Credits each inferlet starts with in a model's KV-page market.
+            replicas: Backend instances per loaded model (data parallel), each with its own
+                worker thread, page pools, batcher and market.
         """
         if host_pages is not None and host_pages < 0:
             raise ValueError(f"host_pages must be >= 0, got {host_pages}")
+        if replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {replicas}")
+        self.num_replicas = replicas
         self.backend = backend or default_backend_name()
         self.options = options or BackendOptions(dtype="auto")  # each backend's best precision
         self.policy = policy
@@ -103,7 +130,8 @@ class Engine:
         self.endowment = endowment
         self.instance_id = uuid.uuid4().hex[:12]
         self.version = __version__
-        self.models: dict[str, LoadedModel] = {}
+        self.models: dict[str, LoadedModel] = {}  # replica 0 of each model
+        self.replicas: dict[str, list[LoadedModel]] = {}
         self.snapshots = SnapshotStore()
         self.adapters = AdapterStore()
         self.broker = Broker()
@@ -111,25 +139,51 @@ class Engine:
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
 
-    def load(self, name: str | None = None, progress: Progress | None = None) -> LoadedModel:
-        """Resolve a model by name (None = the default), load it on the backend, return it.
+    def load(self, name: str | None = None, progress: Progress | None = None, *,
+             replicas: int | None = None) -> LoadedModel:
+        """Resolve a model by name (None = the default), load it on the backend, return it
+        (replica 0; ``replicas[name]`` lists them all).
+
+        Args:
+            name: The model (None = the configured default).
+            progress: Called with (done, total) bytes while weights are read.
+            replicas: Replicas of this model (None = the engine's ``replicas``).
 
         Raises:
             NotFound: No model of that name.
             InvalidInput: The backend refused an option or a weight (its ``ValueError``).
+            ValueError: ``replicas`` < 1.
         """
         from pie_core.models.registry import resolve_model
 
+        count = self.num_replicas if replicas is None else replicas
+        if count < 1:
+            raise ValueError(f"replicas must be >= 1, got {count}")
         source = resolve_model(name, self.config)
         if source.name in self.models:
             return self.models[source.name]
+        loaded: list[LoadedModel] = []
+        try:
+            for index in range(count):
+                loaded.append(self._load_replica(source, index, count, progress))
+        except BaseException:
+            for replica in loaded:
+                replica.worker.close()
+            raise
+        self.models[source.name] = loaded[0]
+        self.replicas[source.name] = loaded
+        return loaded[0]
+
+    def _load_replica(self, source: Any, index: int, count: int, progress: Progress | None) -> LoadedModel:
+        """Load ``source`` on a new backend worker: replica ``index`` of ``count``."""
         # The load runs on the thread the batches will (see pie_core.backend.backend_thread).
         worker = BackendWorker(bind_backend(self.backend))
         try:
             # A backend that stores its own layout of the weights needs them once: no float32 copy stays.
             keep = not getattr(worker.call(lambda b: b.info()), "keeps_derived_weights", False)
             weights = source.weights(progress=progress, keep=keep)
-            options = dataclasses.replace(self.options, weights_key=source.cache_key)
+            options = dataclasses.replace(self.options, weights_key=source.cache_key,
+                                          device=replica_device(self.options.device, index, count))
             caps: Capabilities = worker.call(lambda b: b.load_model(source.spec, weights, options))
         except BaseException as exc:
             worker.close(wait=isinstance(exc, Exception))  # an interrupted load (Ctrl-C) is not waited for
@@ -157,8 +211,9 @@ class Engine:
             pool=pool,
             batcher=batcher,
             market=market,
+            index=index,
         )
-        self.models[source.name] = model
+        batcher.on_failure = lambda exc: self._failed(model, exc)
         return model
 
     def model(self, name: str) -> LoadedModel:
@@ -172,12 +227,44 @@ class Engine:
         except KeyError:
             raise NotFound(f"model {name!r} is not loaded; loaded models: {', '.join(self.models) or 'none'}") from None
 
+    def place(self, name: str, demand: Demand | None = None) -> LoadedModel:
+        """The replica of model ``name`` a new inferlet with ``demand`` runs on
+        (:mod:`pie_core.engine.placement`); the replica counts it as bound.
+
+        Raises:
+            NotFound: The name is not loaded.
+        """
+        replicas = self.replicas.get(self.model(name).name) or [self.models[name]]
+        replica = replicas[0] if len(replicas) == 1 else place(replicas, demand or Demand())
+        replica.bound += 1
+        return replica
+
+    def replica_of(self, name: str, pool: PagePool) -> LoadedModel:
+        """The replica of model ``name`` whose page pool is ``pool`` (a snapshot's or a
+        context's: they stay on their replica)."""
+        for replica in self.replicas.get(name, ()):
+            if replica.pool is pool:
+                return replica
+        return self.model(name)
+
+    def _failed(self, replica: LoadedModel, error: Exception) -> None:
+        # One replica's failure must not stop the others: it is dead, what waits on it fails,
+        # its inferlets' next passes fail (host.inference), placement skips it. With one
+        # replica nothing changes (a failed batch fails its own requests, as it always did).
+        if len(self.replicas.get(replica.name, ())) > 1 and replica.alive:
+            replica.alive = False
+            replica.batcher.stop(BackendError(f"replica {replica.index} of {replica.name!r} died: {error}"))
+
+    def all_replicas(self) -> list[LoadedModel]:
+        """Every replica of every loaded model."""
+        return [r for name, m in self.models.items() for r in self.replicas.get(name, [m])]
+
     def pools_whole(self) -> bool:
-        """True when every page of every model is back in its pool and every host slot free
-        (snapshots hold pages)."""
-        return all(m.pool.is_whole() and m.market.is_whole() for m in self.models.values())
+        """True when every page of every replica of every model is back in its pool and every
+        host slot free (snapshots hold pages)."""
+        return all(m.pool.is_whole() and m.market.is_whole() for m in self.all_replicas())
 
     async def close(self) -> None:
-        for model in self.models.values():
+        for model in self.all_replicas():
             await model.batcher.close()
         await self.mcp.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from pie_core.engine.events import Event
-from pie_core.errors import PieError
+from pie_core.errors import BackendError, PieError
 from pie_core.threads import lower_priority
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ class HostInstance:
     run_child: ChildRunner | None = None
     spawns: SpawnBudget = field(default_factory=SpawnBudget)
     depth: int = 0  # how many runtime.spawn calls deep this instance runs
+    demand: Any = None  # pie_core.engine.placement.Demand: what placement knows of it (None: nothing)
+    placed: dict[str, Any] = field(default_factory=dict)  # model name -> the replica it runs on
 
     def __post_init__(self) -> None:
         try:
@@ -108,11 +110,43 @@ class HostInstance:
         else:
             loop.call_soon_threadsafe(self.emit, event)
 
+    def model(self, name: str) -> Any:
+        """The replica of model ``name`` this instance runs on: placed by the engine on first
+        use (its ``demand`` helps), the same one from then on.
+
+        Raises:
+            NotFound: No such model is loaded.
+            BackendError: Its replica died (its backend failed a batch); other replicas serve
+                new inferlets.
+        """
+        replica = self.placed.get(name)
+        if replica is None:
+            replica = self.placed.setdefault(name, self.engine.place(name, self.demand))
+            self.resources.add(_Placement(replica))
+        if not replica.alive:
+            raise BackendError(f"replica {replica.index} of model {replica.name!r} failed; "
+                               "this inferlet's contexts are lost, run it again (it is placed on a live replica)")
+        return replica
+
     def release_all(self) -> None:
         """Free every resource the instance still holds (its pages return to the pools)."""
         for res in list(self.resources):
             res.release()
         self.resources.clear()
+
+
+class _Placement:
+    """An instance's hold on its replica: the replica's load counts it until it ends."""
+
+    __slots__ = ("replica", "_held")
+
+    def __init__(self, replica: Any) -> None:
+        self.replica, self._held = replica, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.replica.bound -= 1
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

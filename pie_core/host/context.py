@@ -203,6 +203,7 @@ def open_snapshot(model: str, name: str) -> tuple[HostContext, list[int], ChatBu
     snap = current().engine.snapshots.get(loaded.name, current().username, name)
     if snap is None:
         return None
+    loaded = current().engine.replica_of(loaded.name, snap.kv.pool)  # a snapshot stays on its replica
     own = wallet(loaded, current())
     bid = default_bid(own.balance, max(1, len(snap.kv.pages)), DEFAULT_REMAINING, loaded.pool.page_size, own.dividend)
     kv = _fork_kv(loaded, snap.kv, bid)
@@ -216,6 +217,7 @@ def take_snapshot(model: str, name: str) -> tuple[HostContext, list[int], ChatBu
     snap = current().engine.snapshots.pop(loaded.name, current().username, name)
     if snap is None:
         return None
+    loaded = current().engine.replica_of(loaded.name, snap.kv.pool)
     return HostContext(loaded, current(), snap.kv), snap.buffer, snap.chat
 
 
@@ -224,6 +226,7 @@ def delete_snapshot(model: str, name: str) -> None:
     loaded = resolve(model)
     snap = current().engine.snapshots.pop(loaded.name, current().username, name)
     if snap is not None:
+        loaded = current().engine.replica_of(loaded.name, snap.kv.pool)
         snap.kv.release()
         loaded.market.leave(snap.kv)
 

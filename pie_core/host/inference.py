@@ -11,7 +11,7 @@ from inferlet.host.inference import DRAFTS_PER_PASS
 from pie_core import brle
 from pie_core.adapters.store import AdapterRecord, AdapterStore
 from pie_core.engine.engine import LoadedModel
-from pie_core.errors import InvalidInput, Unsupported
+from pie_core.errors import BackendError, InvalidInput, Unsupported
 from pie_core.hookspec import Capabilities
 from pie_core.host.adapter import HostAdapter
 from pie_core.host.ahead import Chain, decode_step
@@ -45,6 +45,8 @@ async def forward(
     batched by the model's batcher, and with ``ahead`` the start of a :class:`Chain`."""
     ctx.check_live()
     model = ctx.model
+    if not model.alive:  # its replica died: fail here, not on its backend
+        raise BackendError(f"replica {model.index} of model {model.name!r} died; this context is lost, run the inferlet again")
     caps = model.caps
     _check_draft_count(drafts, caps, model.backend)  # first: a pass of 10,000 drafts must cost nothing
     n = len(tokens)

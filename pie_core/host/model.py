@@ -39,12 +39,13 @@ __all__ = [
 
 @any_thread
 def resolve(name: str) -> LoadedModel:
-    """The loaded model called ``name``.
+    """The loaded model called ``name``: the replica of it the calling inferlet runs on.
 
     Raises:
         NotFound: No such model is loaded (the message lists the loaded ones).
+        BackendError: The inferlet's replica died.
     """
-    return current().engine.model(name)
+    return current().model(name)
 
 
 @any_thread

@@ -67,6 +67,17 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._pages)
 
+    def cached_prefix(self, keys: list[bytes]) -> int:
+        """How many leading ``keys`` are cached or being computed by a pass in flight (a pass
+        that needs them waits for it and adopts them), without touching them or counting hits:
+        a placement probe, not a use."""
+        n = 0
+        for key in keys:
+            if key not in self._pages and key not in self._computing:
+                break
+            n += 1
+        return n
+
     def lookup_chain(self, keys: list[bytes]) -> list[int]:
         """The cached pages of the longest cached prefix of ``keys`` (a chain, root first)."""
         found: list[int] = []

@@ -137,6 +137,10 @@ class Batcher:
         self.last_tokens = 0  # tokens of the last batch that landed
         self._last_duration = 0.0
         self.stats = BatchStats()
+        self._dead: Exception | None = None  # set by stop(): every request fails with it
+        self.on_failure: Callable[[Exception], None] | None = None
+        """Called on the event loop with the error of every batch the backend failed (the
+        engine marks the replica dead); an exception from it is logged and ignored."""
         worker.listen(self._op_enqueued)
 
     @property
@@ -154,6 +158,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         self._adopt(loop)
         request.future = loop.create_future()
+        if self._dead is not None:  # its replica died: nothing more reaches its backend
+            request.future.set_exception(self._dead)
+            return request.future
         self._queue.append(request)
         self._pending_tokens += request.num_tokens
         self._pending_mask += _mask_size(request)
@@ -185,6 +192,29 @@ class Batcher:
         """Requests waiting for a batch (queued or taken into the next one)."""
         return len(self._queue) + len(self._ahead)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests of the batch the backend runs now (0 when none runs)."""
+        return 0 if self._flight is None else len(self._flight.requests)
+
+    def stop(self, error: Exception) -> None:
+        """Take no more requests: every one that waits for a batch (queued or taken into the
+        next) and every one enqueued from now on fails with ``error`` (a dead replica); the
+        batch in flight, if any, lands as usual. Operations still run (page copies, adapter
+        calls), so contexts can release their pages."""
+        self._dead = error
+        self.fail_waiting(error)
+
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail every request that waits for a batch (queued or taken into the next) with
+        ``error``; the batch in flight, if any, lands as usual."""
+        for req in self._ahead + self._queue:
+            if req.future is not None and not req.future.done():
+                req.future.set_exception(error)
+        self._queue.clear()
+        self._ahead, self._ahead_batch = [], None
+        self._pending_tokens = self._pending_mask = 0
+
     async def close(self) -> None:
         """Stop the loop, let the batch in flight finish, fail what waits, stop the worker thread."""
         if self._task is not None:
@@ -197,13 +227,8 @@ class Batcher:
         if flight is not None and flight.future.get_loop() is asyncio.get_running_loop():
             await asyncio.wait([flight.future])
             self._land(flight)
-        for req in self._ahead + self._queue:
-            if req.future is not None and not req.future.done():
-                req.future.set_exception(BackendError("the engine shut down before this pass ran"))
+        self.fail_waiting(BackendError("the engine shut down before this pass ran"))
         self.worker.fail_pending(BackendError("the engine shut down before this operation ran"))
-        self._queue.clear()
-        self._ahead, self._ahead_batch = [], None
-        self._pending_tokens = self._pending_mask = 0
         self.worker.close()
         if self._trace is not None:
             self._trace.close()
@@ -323,6 +348,11 @@ class Batcher:
             for req in taken:
                 if req.future is not None and not req.future.done():
                     req.future.set_exception(err)
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(err)
+                except Exception:
+                    _log.exception("the on_failure hook failed; the batcher goes on")
         else:
             self._last_size = len(taken)
             self.last_tokens = flight.batch.num_tokens

@@ -200,7 +200,8 @@ class PieServer:
 
     def model_list(self) -> list[dict[str, Any]]:
         return [
-            {"name": m.name, "backend": m.backend, "page_size": m.caps.page_size, "pages": m.caps.num_pages}
+            {"name": m.name, "backend": m.backend, "page_size": m.caps.page_size, "pages": m.caps.num_pages,
+             "replicas": len(self.engine.replicas.get(m.name, [m]))}
             for m in self.engine.models.values()
         ]
 
@@ -235,7 +236,7 @@ class PieServer:
 
     def _apply_quotas(self, quotas: Quotas) -> None:
         """Bound each user's pages, credits, snapshots, adapters and messaging in the engine by ``quotas``."""
-        for model in self.engine.models.values():  # loaded before the server is built (pie serve, Engine.load)
+        for model in self.engine.all_replicas():  # loaded before the server is built (pie serve, Engine.load)
             pool_pages = model.pool.num_pages
             model.pool.accounts.limit_of = lambda user, n=pool_pages: quotas.for_user(user).pages_of(n)
             model.market.ledger.budget_of = lambda user: quotas.for_user(user).credits_of()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ class RateMeter:
 
 def token_totals(server: PieServer) -> tuple[int, int]:
     """(generated, input) tokens over every model since the engine started."""
-    models = server.engine.models.values()
+    models = server.engine.all_replicas()
     return sum(m.batcher.stats.sampled for m in models), sum(m.batcher.stats.tokens for m in models)
 
 
@@ -54,10 +55,10 @@ def prometheus_text(server: PieServer) -> str:
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
 
-    models = list(server.engine.models.values())
+    models = server.engine.all_replicas()
 
     def per_model(get: object) -> list[tuple[str, float]]:
-        return [(f'{{model="{m.name}"}}', float(get(m))) for m in models]  # type: ignore[operator]
+        return [(f'{{{_where(server, m)}}}', float(get(m))) for m in models]  # type: ignore[operator]
 
     metric("pie_batches_total", "counter", "Batches fired on the backend.", per_model(lambda m: m.batcher.stats.batches))
     metric("pie_batch_requests_total", "counter", "Forward requests run in batches.", per_model(lambda m: m.batcher.stats.requests))
@@ -71,10 +72,10 @@ def prometheus_text(server: PieServer) -> str:
         sizes = m.batcher.stats.sizes
         bounds = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, *sizes})
         for bound in bounds:
-            hist.append((f'_bucket{{model="{m.name}",le="{bound}"}}', float(sum(c for s, c in sizes.items() if s <= bound))))
-        hist.append((f'_bucket{{model="{m.name}",le="+Inf"}}', float(sum(sizes.values()))))
-        hist.append((f'_sum{{model="{m.name}"}}', float(sum(s * c for s, c in sizes.items()))))
-        hist.append((f'_count{{model="{m.name}"}}', float(sum(sizes.values()))))
+            hist.append((f'_bucket{{{_where(server, m)},le="{bound}"}}', float(sum(c for s, c in sizes.items() if s <= bound))))
+        hist.append((f'_bucket{{{_where(server, m)},le="+Inf"}}', float(sum(sizes.values()))))
+        hist.append((f'_sum{{{_where(server, m)}}}', float(sum(s * c for s, c in sizes.items()))))
+        hist.append((f'_count{{{_where(server, m)}}}', float(sum(sizes.values()))))
     lines.append("# HELP pie_batch_size Requests per batch.")
     lines.append("# TYPE pie_batch_size histogram")
     lines.extend(f"pie_batch_size{suffix} {value:g}" for suffix, value in hist)
@@ -98,6 +99,12 @@ def prometheus_text(server: PieServer) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _where(server: PieServer, m: Any) -> str:
+    """The labels of a replica's samples: ``model``, and ``replica`` when the model has several."""
+    several = len(server.engine.replicas.get(m.name, ())) > 1
+    return f'model="{_label(m.name)}"' + (f',replica="{m.index}"' if several else "")
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -108,7 +115,7 @@ def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
     token reads this page."""
     procs = server.processes.all()
     who = server.auth.pseudonym
-    pages = sorted((f'{{user="{_label(who(u))}",model="{_label(m.name)}"}}', float(n))
+    pages = sorted((f'{{user="{_label(who(u))}",{_where(server, m)}}}', float(n))
                    for m in models for u, n in m.pool.accounts.held().items())
     metric("pie_user_kv_pages", "gauge", "KV pages held by a user's contexts and snapshots (quota server.quotas.pages).", pages)
     credits: list[tuple[str, float]] = []
@@ -116,11 +123,11 @@ def _per_user(server: PieServer, metric: Any, models: list[Any]) -> None:
         balances: dict[str, float] = {}
         for wallet in m.market.ledger.wallets.values():
             balances[wallet.user] = balances.get(wallet.user, 0.0) + wallet.balance
-        credits.extend(sorted((f'{{user="{_label(who(u))}",model="{_label(m.name)}"}}', b) for u, b in balances.items()))
+        credits.extend(sorted((f'{{user="{_label(who(u))}",{_where(server, m)}}}', b) for u, b in balances.items()))
     metric("pie_user_credits", "gauge", "Credits a user's live inferlets hold in a model's KV-page market "
            "(their endowments are bounded by quota server.quotas.credits).", credits)
 
-    def by_user(counts: dict[str, float]) -> list[tuple[str, float]]:
+    def by_user(counts: Mapping[str, float]) -> list[tuple[str, float]]:
         return sorted((f'{{user="{_label(who(u))}"}}', float(n)) for u, n in counts.items())
 
     for user in {p.user for p in procs}:
@@ -149,9 +156,10 @@ def status_line(server: PieServer) -> str:
     procs = server.processes.all()
     running = sum(1 for p in procs if not p.finished)
     detached = sum(1 for p in procs if p.state == "detached")
-    used = sum(m.pool.num_pages - m.pool.available_count for m in server.engine.models.values())
-    total = sum(m.pool.num_pages for m in server.engine.models.values())
-    queued = sum(m.batcher.queued for m in server.engine.models.values())
+    replicas = server.engine.all_replicas()
+    used = sum(m.pool.num_pages - m.pool.available_count for m in replicas)
+    total = sum(m.pool.num_pages for m in replicas)
+    queued = sum(m.batcher.queued for m in replicas)
     return (
         f"inferlets [bold]{running}[/] running ({detached} detached) · KV {used}/{total} pages · "
         f"{server.rate.generated_rate:,.0f} tok/s generated ({server.rate.input_rate:,.0f} in) · "

@@ -24,6 +24,7 @@ import msgpack
 from pie_core.errors import InvalidInput, NotFound, PieError
 from pie_core.server.http import HttpRequest, HttpResponder, error_json
 from pie_core.server.openai_grammar import check_grammar
+from pie_core.server.openai_placement import demand_of
 from pie_core.server.openai_reply import Choice, Logprobs, chat_message, tool_call, usage
 from pie_core.server.openai_request import (MAX_PROMPT_BYTES, BadRequest, chat_args, completion_args, context_tokens,
                                             embedding_args, parse_json)
@@ -136,7 +137,7 @@ async def _events(server: PieServer, user: str, args: dict[str, Any]) -> AsyncIt
     manifest = server.store.resolve(user, BUILTIN_PROGRAM)
     payload = manifest.validate_input(args)
     sink = _Collector()
-    server.processes.launch(user, manifest, payload, sink)
+    server.processes.launch(user, manifest, payload, sink, demand=demand_of(server, args))
     try:
         while True:
             kind, value = await sink.queue.get()

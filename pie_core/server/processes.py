@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from pie_core.engine.engine import Engine
+from pie_core.engine.placement import Demand
 from pie_core.engine.events import Event
 from pie_core.errors import InvalidInput, NotFound
 from pie_core.host.binding import HostInstance, SpawnBudget
@@ -123,9 +124,10 @@ class ProcessTable:
         return sum(1 for p in self._procs.values() if not p.finished)
 
     def launch(self, user: str, manifest: Manifest, args: dict[str, Any], sink: Sink,
-               relay: ConnectionRelay | None = None) -> Process:
+               relay: ConnectionRelay | None = None, demand: Demand | None = None) -> Process:
         """Start ``manifest``'s inferlet for ``user``, attached to (and owned by) ``sink``; it
         reaches the MCP servers registered on ``relay`` (its launching connection's) until it ends.
+        ``demand``: what placement knows of it (an OpenAI request's prompt pages), if anything.
 
         Raises:
             InvalidInput: The user runs as many processes as its quota allows, or its scratch
@@ -148,6 +150,7 @@ class ProcessTable:
         resolve = None if self.resolve is None else functools.partial(_spawnable, self.resolve, user)
         proc.instance = HostInstance(engine=self.engine, emit=lambda ev: self._emit(proc, ev), username=user, id=pid,
                                      scratch_root=self.scratch_root, spawns=spawns, resolve_program=resolve)
+        proc.instance.demand = demand
         inbox = InboxBytes(quotas.inbox_bytes)
         proc.instance.inbox, proc.instance.files = MeteredQueue(inbox), MeteredQueue(inbox)
         self._procs[pid] = proc

@@ -151,3 +151,31 @@ def test_serve_builds_its_engine_from_the_same_keys(home, monkeypatch: pytest.Mo
     options = seen["options"]
     assert seen["backend"] == "dummy" and seen["host_pages"] == 5
     assert (options.page_size, options.kv_pages, options.host_pages) == (4, 33, 5)
+
+
+def test_replicas_loads_each_model_that_many_times(pie, tiny_model):
+    engine, loaded = _run(pie, tiny_model, "--dummy")
+    assert engine.replicas[loaded.name] == [loaded]
+    _set(pie, "engine.replicas", "2")
+    engine, loaded = _run(pie, tiny_model, "--dummy")
+    replicas = engine.replicas[loaded.name]
+    assert [r.index for r in replicas] == [0, 1] and replicas[0].pool is not replicas[1].pool
+    assert pie("config", "set", "engine.replicas", "0").code != 0
+
+
+def test_serve_replicas_flag_beats_the_key(home, monkeypatch: pytest.MonkeyPatch, tiny_model):
+    assert main(["config", "set", "engine.replicas", "3"]) == 0
+    seen: dict[str, Any] = {}
+
+    class StopAfterBuild(engine_module.Engine):
+        def __init__(self, backend: Any = None, **kwargs: Any) -> None:
+            seen.update(kwargs)
+            raise _Built
+
+    monkeypatch.setattr(engine_module, "Engine", StopAfterBuild)
+    monkeypatch.setattr(serve_cli, "_isolation", lambda choice: "inprocess")
+    for flags, want in (([], 3), (["--replicas", "2"], 2)):
+        with pytest.raises(_Built):
+            main(["serve", "--dummy", "--no-auth", "--model", str(tiny_model), "--isolation", "inprocess", *flags])
+        assert seen["replicas"] == want
+    assert main(["serve", "--dummy", "--no-auth", "--model", str(tiny_model), "--replicas", "0"]) != 0
