@@ -170,6 +170,9 @@ def _check_adapter(adapter: HostAdapter | None, zo_seed: int, model: LoadedModel
     adapter.check_live()
     record = adapter.record
     if record.model is not model:
+        if record.model.name == model.name:  # data-parallel replicas: an adapter lives on one of them
+            raise InvalidInput(f"adapter {record.name!r} lives on another replica of model {model.name!r} than this "
+                               "context; run it from an inferlet on that replica, or load it from a file here")
         raise InvalidInput(f"adapter {record.name!r} belongs to model {record.model.name!r}, not {model.name!r}")
     if "adapters" not in model.caps.features:
         raise Unsupported(f"backend {model.backend!r} does not run LoRA adapters (feature 'adapters')")
