@@ -28,6 +28,7 @@ class BuildWithBundle(build_py):
         for manifest in sorted((ROOT / "examples").glob("*/Pie.toml")):
             shutil.copytree(manifest.parent, target / "examples" / manifest.parent.name, ignore=_SKIP)
         shutil.copytree(ROOT / "wit", target / "wit", ignore=_SKIP)
+        shutil.copytree(ROOT / "sdk" / "javascript", target / "sdk" / "javascript", ignore=_SKIP)
 
 
 setup(cmdclass={"build_py": BuildWithBundle})

@@ -1,0 +1,103 @@
+import inference from 'pie:inferlet/inference@0.1.0';
+import { h } from './errors';
+import { hostCall, PiePromise } from './loop';
+import type { Probe, Sampler } from './sampler';
+
+export interface SampleHandle { readonly rows: number[] }
+export interface ProbeHandle { readonly row: number; readonly kind: string }
+
+/** What the engine keeps of a context beside its handle: its length, as the SDK changed it. */
+export interface Kv { handle: any; length: number; released: boolean }
+
+/** A forward pass's results. */
+export class Output {
+  constructor(readonly raw: { tokens: number[][]; probes: { tag: string; val: any }[]; draftsKept: number },
+              readonly tokens: Uint32Array = new Uint32Array(), readonly autoSampler?: SampleHandle) {}
+  token(hd: SampleHandle): number | undefined {
+    return hd.rows.length === 1 && hd.rows[0] < this.raw.tokens.length ? this.raw.tokens[hd.rows[0]][0] : undefined;
+  }
+  tokensAt(hd: SampleHandle): Uint32Array {
+    return Uint32Array.from(hd.rows.flatMap((r) => this.raw.tokens[r] ?? []));
+  }
+  private probeValue(hd: ProbeHandle, kind: string): any {
+    const p = this.raw.probes[hd.row];
+    return p !== undefined && p.tag === kind && hd.kind === kind ? p.val : undefined;
+  }
+  distribution(hd: ProbeHandle): [Uint32Array, Float32Array] | undefined {
+    const v = this.probeValue(hd, 'distribution');
+    return v === undefined ? undefined : [Uint32Array.from(v[0]), Float32Array.from(v[1])];
+  }
+  logits(hd: ProbeHandle): Uint8Array | undefined {
+    const v = this.probeValue(hd, 'logits');
+    return v === undefined ? undefined : Uint8Array.from(v);
+  }
+  logprobs(hd: ProbeHandle): Float32Array | undefined {
+    const v = this.probeValue(hd, 'logprobs');
+    return v === undefined ? undefined : Float32Array.from(v);
+  }
+  entropy(hd: ProbeHandle): number | undefined { return this.probeValue(hd, 'entropy'); }
+}
+
+/** One forward pass on a context; nothing runs until `execute`. */
+export class Forward {
+  private tokens: number[] = [];
+  private positions: number[] = [];
+  private masks: number[][] | null = null;
+  private logitMask: number[] | null = null;
+  private samples: object[] = [];
+  private probes: object[] = [];
+  private adapterHandle: any = null;
+  private zo = 0;
+  private readonly start: number;
+
+  /** @internal use `ctx.forward()` */
+  constructor(private readonly kv: Kv, private readonly flushed: number[] = [], private readonly onFail?: () => void) {
+    if (kv.released) throw new Error('this context was released; create a new Context');
+    this.start = kv.length;
+    this.input(flushed);
+  }
+  startPosition(): number { return this.start; }
+  /** Input rows so far. */
+  get size(): number { return this.tokens.length; }
+  input(tokens: Iterable<number>): this {
+    const base = this.start + this.tokens.length;
+    const list = Array.from(tokens);
+    for (let i = 0; i < list.length; i++) { this.tokens.push(list[i]); this.positions.push(base + i); }
+    return this;
+  }
+  inputAt(tokens: Iterable<number>, positions: Iterable<number>): this {
+    const t = Array.from(tokens), p = Array.from(positions);
+    if (t.length !== p.length) throw new RangeError(`inputAt got ${t.length} tokens and ${p.length} positions`);
+    this.tokens.push(...t);
+    this.positions.push(...p);
+    return this;
+  }
+  attentionMask(masks: Iterable<Iterable<number>>): this { this.masks = Array.from(masks, (m) => Array.from(m)); return this; }
+  mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
+  adapter(a: { handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
+  zoSeed(seed: number): this { this.zo = seed; return this; }
+  sample(indices: Iterable<number> | number, sampler: Sampler): SampleHandle {
+    const rows: number[] = [];
+    for (const i of typeof indices === 'number' ? [indices] : indices) {
+      rows.push(this.samples.length);
+      this.samples.push(sampler.spec(i));
+    }
+    return { rows };
+  }
+  probe(index: number, p: Probe): ProbeHandle {
+    const spec = p.spec(index);
+    this.probes.push(spec);
+    return { row: this.probes.length - 1, kind: spec.kind };
+  }
+  /** Run the pass. */
+  execute(): PiePromise<Output> {
+    const kv = this.kv;
+    const call = h(() => inference.forward(kv.handle, this.tokens, this.positions, this.masks, this.logitMask,
+      this.samples, this.probes, 0, this.adapterHandle, this.zo, 0, []));
+    const n = this.tokens.length;
+    return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw: any) => {
+      kv.length += n;
+      return new Output(raw);
+    }, (e) => { if (this.onFail) this.onFail(); throw e; });
+  }
+}

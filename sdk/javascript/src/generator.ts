@@ -1,0 +1,106 @@
+import hostModel from 'pie:inferlet/model@0.1.0';
+import { h } from './errors';
+import { Output, ProbeHandle } from './forward';
+import type { Context } from './context';
+import type { Probe, Sampler } from './sampler';
+import { Decoder } from './chat';
+
+export interface GenerateOptions {
+  /** Stop after n accepted tokens. */
+  maxTokens?: number;
+  /** Stop-token ids (default with autoFlush: the chat template's). */
+  stop?: Iterable<number>;
+  /** Default true: append cue() first and use the chat stop tokens. */
+  autoFlush?: boolean;
+}
+
+/** The decode loop of a context: each step runs the buffered tokens and samples the next token.
+ * A stop token ends generation and is not accepted (nor counted, nor put in the context). */
+export class Generator implements AsyncIterable<GenStep> {
+  private max: number | undefined;
+  private stopSet: Set<number>;
+  private accepted: number[] = [];
+  private done = false;
+  /** @internal */ eachStep: [number, Probe][] = [];
+
+  constructor(/** @internal */ readonly ctx: Context, /** @internal */ readonly sampler: Sampler, options: GenerateOptions = {}) {
+    this.max = checkMax(options.maxTokens);
+    const auto = options.autoFlush ?? true;
+    if (auto) ctx.cue();
+    const stop = options.stop ?? (auto ? h(() => hostModel.stopTokens(ctx.model.name)) : []);
+    this.stopSet = new Set(Array.from(stop as Iterable<number>));
+  }
+  maxTokens(n: number): this { this.max = checkMax(n); return this; }
+  stop(tokens: Iterable<number>): this { this.stopSet = new Set(tokens); return this; }
+  addStop(tokens: Iterable<number>): this { for (const t of tokens) this.stopSet.add(t); return this; }
+  /** Attach `probe` to input row `index` of every step (-1 = the sampled row). */
+  probeEachStep(index: number, probe: Probe): ProbeHandle {
+    this.eachStep.push([index, probe]);
+    return { row: this.eachStep.length - 1, kind: probe.spec(0).kind };
+  }
+  get tokensGenerated(): number { return this.accepted.length; }
+  get isDone(): boolean { return this.done; }
+
+  [Symbol.asyncIterator](): AsyncIterator<GenStep> {
+    return { next: async () => (this.done ? { done: true, value: undefined } : { done: false, value: new GenStep(this) }) };
+  }
+  /** Register tokens picked by the caller; returns those accepted (cut before a stop token and at maxTokens). */
+  accept(tokens: Iterable<number>): Uint32Array {
+    const got: number[] = [];
+    for (const t of tokens) {
+      if (this.done) break;
+      if (this.stopSet.has(t)) { this.done = true; break; }
+      got.push(t);
+      this.accepted.push(t);
+      if (this.max !== undefined && this.accepted.length >= this.max) this.done = true;
+    }
+    this.ctx.append(got);
+    return Uint32Array.from(got);
+  }
+  async collectTokens(): Promise<Uint32Array> {
+    for await (const step of this) await step.execute();
+    return Uint32Array.from(this.accepted);
+  }
+  async collectText(): Promise<string> {
+    const tokens = await this.collectTokens();
+    const dec = new Decoder(this.ctx.model);
+    const parts: string[] = [];
+    for (const t of tokens) {
+      const ev = dec.feed([t]);
+      if (ev.type === 'done') return ev.text;
+      if (ev.type === 'delta') parts.push(ev.text);
+    }
+    return parts.join('');
+  }
+}
+
+function checkMax(n: number | undefined): number | undefined {
+  if (n !== undefined && (!Number.isInteger(n) || n < 0)) throw new RangeError(`maxTokens must be an integer >= 0, got ${n}`);
+  return n;
+}
+
+/** One iteration of a generator: adjust it, then `await step.execute()`. */
+export class GenStep {
+  private sampleIt = true;
+  private probes: [number, Probe][] = [];
+  private executed = false;
+  constructor(private readonly gen: Generator) {}
+  clearSampler(): this { this.sampleIt = false; return this; }
+  probe(index: number, p: Probe): ProbeHandle {
+    this.probes.push([index, p]);
+    return { row: this.gen.eachStep.length + this.probes.length - 1, kind: p.spec(0).kind };
+  }
+  async execute(): Promise<Output> {
+    if (this.executed) throw new Error('step.execute() runs a step once; take the next step from the generator');
+    this.executed = true;
+    const fwd = this.gen.ctx.forward(true);
+    const n = fwd.size;
+    if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
+    const row = (i: number) => (i < 0 ? n + i : i);
+    const hd = this.sampleIt ? fwd.sample([n - 1], this.gen.sampler) : undefined;
+    for (const [i, p] of [...this.gen.eachStep, ...this.probes]) fwd.probe(row(i), p);
+    const out = await fwd.execute();
+    const tokens = hd === undefined ? new Uint32Array() : this.gen.accept(out.tokensAt(hd));
+    return new Output(out.raw, tokens, hd);
+  }
+}
