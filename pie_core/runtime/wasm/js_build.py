@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from pie_core.bundled import js_sdk_dir, wit_dir
@@ -118,7 +119,7 @@ def _check_package(path: Path) -> None:
                                "install them: copy the code you need into the inferlet's folder")
 
 
-def js_component_path(folder: Path, entry: str, cache: Path) -> Path:
+def js_component_path(folder: Path, entry: str, cache: Path, on_build: Callable[[], None] | None = None) -> Path:
     """The component of the JS inferlet at ``folder``, built now unless cached.
 
     Raises:
@@ -138,6 +139,8 @@ def js_component_path(folder: Path, entry: str, cache: Path) -> Path:
             return out
         with _lock:
             if not out.is_file():
+                if on_build is not None:
+                    on_build()
                 tools = _toolchain(cache)
                 _build(tools, staged, out)
     return out

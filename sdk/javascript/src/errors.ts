@@ -10,6 +10,8 @@ export class PieError extends Error {
 
 /** `e` as an Error: the host's `error` record becomes a PieError. */
 export function asError(e: unknown): unknown {
+  // componentize-qjs throws an Error whose `payload` is the WIT error record
+  if (e instanceof Error && (e as any).payload !== undefined && !(e instanceof PieError)) e = (e as any).payload;
   if (e !== null && typeof e === 'object' && !(e instanceof Error) && 'kind' in e && 'message' in e) {
     return new PieError(String((e as any).kind), String((e as any).message));
   }
