@@ -158,3 +158,12 @@ def test_the_same_sources_build_once(cache: Path, launcher: WasmLauncher) -> Non
     first = js_component_path(folder, "index.ts", cache)
     built = first.stat().st_mtime_ns
     assert js_component_path(folder, "index.ts", cache) == first and first.stat().st_mtime_ns == built
+
+
+def test_json_extraction_ts_returns_what_the_python_twin_does(engine: Engine, launcher: WasmLauncher) -> None:
+    args = {"max_tokens": 96}
+    py_final, _ = _inproc(engine, load_manifest(EXAMPLES / "json-extraction"), args)
+    js_final, _ = _run(engine, launcher, load_manifest(EXAMPLES / "json-extraction-ts"), args)
+    assert py_final.kind == "return", py_final
+    assert js_final == py_final
+    assert engine.pools_whole()

@@ -76,11 +76,14 @@ export class Forward {
   mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
   adapter(a: { handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
   zoSeed(seed: number): this { this.zo = seed; return this; }
-  sample(indices: Iterable<number> | number, sampler: Sampler): SampleHandle {
+  /** Sample input rows `indices`; `mask` (packed, 8 tokens a byte) limits them to its tokens. */
+  sample(indices: Iterable<number> | number, sampler: Sampler, mask: Uint8Array | null = null): SampleHandle {
     const rows: number[] = [];
     for (const i of typeof indices === 'number' ? [indices] : indices) {
       rows.push(this.samples.length);
-      this.samples.push(sampler.spec(i));
+      const spec: any = sampler.spec(i);
+      if (mask !== null) spec.logitMask = mask;
+      this.samples.push(spec);
     }
     return { rows };
   }

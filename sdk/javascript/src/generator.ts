@@ -4,6 +4,7 @@ import { Output, ProbeHandle } from './forward';
 import type { Context } from './context';
 import type { Probe, Sampler } from './sampler';
 import { Decoder } from './chat';
+import { ConstraintSet, anyJson, jsonSchema } from './grammar';
 
 export interface GenerateOptions {
   /** Stop after n accepted tokens. */
@@ -12,6 +13,8 @@ export interface GenerateOptions {
   stop?: Iterable<number>;
   /** Default true: append cue() first and use the chat stop tokens. */
   autoFlush?: boolean;
+  /** A Schema or Constraint, or several (ANDed). */
+  constrain?: unknown;
 }
 
 /** The decode loop of a context: each step runs the buffered tokens and samples the next token.
@@ -22,13 +25,21 @@ export class Generator implements AsyncIterable<GenStep> {
   private accepted: number[] = [];
   private done = false;
   /** @internal */ eachStep: [number, Probe][] = [];
+  /** @internal */ rules: ConstraintSet | null = null;
 
   constructor(/** @internal */ readonly ctx: Context, /** @internal */ readonly sampler: Sampler, options: GenerateOptions = {}) {
     this.max = checkMax(options.maxTokens);
+    if (options.constrain !== undefined) this.constrain(options.constrain);
     const auto = options.autoFlush ?? true;
     if (auto) ctx.cue();
     const stop = options.stop ?? (auto ? h(() => hostModel.stopTokens(ctx.model.name)) : []);
     this.stopSet = new Set(Array.from(stop as Iterable<number>));
+  }
+  /** Add a constraint (a Schema or Constraint, or a list), ANDed with those attached. */
+  constrain(c: unknown): this {
+    if (this.rules === null) this.rules = new ConstraintSet(this.ctx.model);
+    this.rules.add(c);
+    return this;
   }
   maxTokens(n: number): this { this.max = checkMax(n); return this; }
   stop(tokens: Iterable<number>): this { this.stopSet = new Set(tokens); return this; }
@@ -49,10 +60,15 @@ export class Generator implements AsyncIterable<GenStep> {
     const got: number[] = [];
     for (const t of tokens) {
       if (this.done) break;
+      if (this.rules !== null) { // a token the constraints forbid ends the list
+        if (!this.rules.admits(t)) break;
+        this.rules.accept(t);
+      }
       if (this.stopSet.has(t)) { this.done = true; break; }
       got.push(t);
       this.accepted.push(t);
       if (this.max !== undefined && this.accepted.length >= this.max) this.done = true;
+      else if (this.rules !== null && this.rules.ended) this.done = true;
     }
     this.ctx.append(got);
     return Uint32Array.from(got);
@@ -71,6 +87,18 @@ export class Generator implements AsyncIterable<GenStep> {
       if (ev.type === 'delta') parts.push(ev.text);
     }
     return parts.join('');
+  }
+  /** Constrain to JSON (`schema`, or any JSON), run to the end, and parse the reply. */
+  async collectJson<T = unknown>(opts: { schema?: string | object; parse?: (text: string) => T } = {}): Promise<T> {
+    this.constrain(opts.schema === undefined ? anyJson() : jsonSchema(opts.schema));
+    const text = await this.collectText();
+    if (opts.parse) return opts.parse(text);
+    try {
+      return JSON.parse(text) as T;
+    } catch (e) {
+      throw new Error(`the reply is not complete JSON (${(e as Error).message}); generation stopped after `
+        + `${this.accepted.length} tokens before the JSON ended: raise maxTokens`);
+    }
   }
 }
 
@@ -97,7 +125,10 @@ export class GenStep {
     const n = fwd.size;
     if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
     const row = (i: number) => (i < 0 ? n + i : i);
-    const hd = this.sampleIt ? fwd.sample([n - 1], this.gen.sampler) : undefined;
+    const rules = this.gen.rules;
+    if (rules !== null) await rules.ready();
+    const mask = rules === null ? null : rules.mask();
+    const hd = this.sampleIt ? fwd.sample([n - 1], this.gen.sampler, mask) : undefined;
     for (const [i, p] of [...this.gen.eachStep, ...this.probes]) fwd.probe(row(i), p);
     const out = await fwd.execute();
     const tokens = hd === undefined ? new Uint32Array() : this.gen.accept(out.tokensAt(hd));

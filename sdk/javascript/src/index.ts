@@ -13,6 +13,8 @@ export type { GenerateOptions } from './generator';
 export { Sampler, Logits, Distribution, Logprob, Logprobs, Entropy } from './sampler';
 export type { Probe } from './sampler';
 export { runtime, session, messaging, Subscription } from './io';
+export { Grammar, GrammarConstraint, Matcher, jsonSchema, anyJson, regex, ebnf, grammar } from './grammar';
+export type { Schema, Constraint } from './grammar';
 export { PieError } from './errors';
 export * as chat from './chat';
 
