@@ -167,3 +167,16 @@ def test_json_extraction_ts_returns_what_the_python_twin_does(engine: Engine, la
     assert py_final.kind == "return", py_final
     assert js_final == py_final
     assert engine.pools_whole()
+
+
+def test_a_js_decode_loop_runs_ahead_like_the_python_sdk(engine: Engine, launcher: WasmLauncher) -> None:
+    """After its first pass a plain decode step is one ``forward_next`` (the engine ran it ahead),
+    never a new ``forward``."""
+    from pie_core.runtime import host_api
+
+    before = dict(host_api.CALLS)
+    final, _ = _run(engine, launcher, load_manifest(EXAMPLES / "text-completion-ts"), {"prompt": "Hi.", "max_tokens": 20})
+    assert final == Event("return", {"tokens": 20})
+    calls = {k: host_api.CALLS[k] - before.get(k, 0) for k in host_api.CALLS}
+    assert calls.get(("inference", "forward"), 0) == 1
+    assert calls.get(("inference", "forward_next"), 0) >= 1

@@ -2,7 +2,7 @@ import context from 'pie:inferlet/context@0.1.0';
 import hostModel from 'pie:inferlet/model@0.1.0';
 import scheduling from 'pie:inferlet/scheduling@0.1.0';
 import { h } from './errors';
-import { Forward, Kv } from './forward';
+import { Forward, Kv, settled } from './forward';
 import { Generator, GenerateOptions } from './generator';
 import { Model } from './model';
 import type { Sampler } from './sampler';
@@ -17,11 +17,12 @@ export class Context implements Disposable {
   constructor(readonly model: Model, /** @internal */ opened?: { handle: any; buffer: number[]; chat: any; length?: number }) {
     if (!(model instanceof Model)) throw new TypeError('new Context(model) needs a Model (from Model.load)');
     if (opened) {
-      this.kv = { handle: opened.handle, length: opened.length ?? h(() => context.seqLen(opened.handle)), released: false };
+      this.kv = { handle: opened.handle, length: opened.length ?? h(() => context.seqLen(opened.handle)), released: false,
+                  epoch: 0, ahead: [] };
       this.pending = opened.buffer.slice();
       this.chat = opened.chat ?? h(() => hostModel.chatBuilder(this.model.name));
     } else {
-      this.kv = { handle: h(() => context.create(model.name)), length: 0, released: false };
+      this.kv = { handle: h(() => context.create(model.name)), length: 0, released: false, epoch: 0, ahead: [] };
       this.pending = [];
       this.chat = h(() => hostModel.chatBuilder(model.name));
     }
@@ -55,7 +56,10 @@ export class Context implements Disposable {
   [Symbol.dispose](): void { this.release(); }
 
   get pageSize(): number { return h(() => context.pageSize(this.live())); }
-  get seqLen(): number { this.live(); return this.kv.length; }
+  get seqLen(): number {
+    if (this.kv.released) throw new Error('this context was released; create a new Context');
+    return this.kv.length;
+  }
   buffer(): Uint32Array { return Uint32Array.from(this.pending); }
 
   system(text: string): this { return this.append(h(() => hostModel.chatSystem(this.chat, text))); }
@@ -71,20 +75,22 @@ export class Context implements Disposable {
 
   /** Run prefill on the buffered tokens. */
   async flush(): Promise<void> {
-    this.live();
+    if (this.kv.released) throw new Error('this context was released; create a new Context');
     if (this.pending.length) await this.forward(true).execute();
   }
   /** Drop the trailing `n` working-page tokens. */
   truncate(n: number): void {
     h(() => context.truncate(this.live(), n));
     this.kv.length -= n;
+    this.kv.epoch++;
   }
   /** A forward pass; with `flush` it starts with (and takes) the buffered tokens. */
   forward(flush = false): Forward {
-    this.live();
+    if (this.kv.released) throw new Error('this context was released; create a new Context');
     const taken = flush ? this.pending.splice(0, this.pending.length) : [];
     return new Forward(this.kv, taken, () => {
       this.pending.unshift(...taken);
+      this.kv.epoch++;
       if (!this.kv.released) this.kv.length = h(() => context.seqLen(this.kv.handle));
     });
   }
@@ -98,8 +104,7 @@ export class Context implements Disposable {
     h(() => scheduling.setIdle(this.live(), true));
     return { [Symbol.dispose]: () => { if (!this.kv.released) h(() => scheduling.setIdle(this.kv.handle, false)); } };
   }
-  private live(): any {
-    if (this.kv.released) throw new Error('this context was released; create a new Context');
-    return this.kv.handle;
-  }
+  private live(): any { return settled(this.kv); }
+  /** @internal The buffered tokens, shared (the generator's decode loop reads and takes them). */
+  pendingTokens(): number[] { return this.pending; }
 }

@@ -1,4 +1,5 @@
 import inference from 'pie:inferlet/inference@0.1.0';
+import context from 'pie:inferlet/context@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import type { Probe, Sampler } from './sampler';
@@ -6,8 +7,23 @@ import type { Probe, Sampler } from './sampler';
 export interface SampleHandle { readonly rows: number[] }
 export interface ProbeHandle { readonly row: number; readonly kind: string }
 
-/** What the engine keeps of a context beside its handle: its length, as the SDK changed it. */
-export interface Kv { handle: any; length: number; released: boolean }
+/** What the SDK knows of a context's KV cache: its handle, its length as the SDK changed it, an
+ * epoch bumped by every pass and change, and passes of a decode loop the engine ran ahead
+ * (`inference.forward-next`) taken but not handed out yet. */
+export interface Kv { handle: any; length: number; released: boolean; epoch: number; ahead: any[] }
+
+/** The handle holding exactly `kv.length` tokens: passes the engine ran ahead that were never
+ * handed out are truncated first (their decode loop ends). */
+export function settled(kv: Kv): any {
+  if (kv.released) throw new Error('this context was released; create a new Context');
+  if (kv.ahead.length) {
+    const n = kv.ahead.length;
+    kv.ahead = [];
+    kv.epoch++;
+    h(() => context.truncate(kv.handle, n));
+  }
+  return kv.handle;
+}
 
 /** A forward pass's results. */
 export class Output {
@@ -48,6 +64,8 @@ export class Forward {
   private probes: object[] = [];
   private adapterHandle: any = null;
   private zo = 0;
+  private ahead = 0;
+  private stopTokens: number[] = [];
   private readonly start: number;
 
   /** @internal use `ctx.forward()` */
@@ -92,11 +110,16 @@ export class Forward {
     this.probes.push(spec);
     return { row: this.probes.length - 1, kind: spec.kind };
   }
+  /** @internal Let the engine run `ahead` more passes like this one, each on the token sampled
+   * before it, unless that token is in `stop` (the generator's decode loop). */
+  runAhead(ahead: number, stop: number[]): void { this.ahead = ahead; this.stopTokens = stop; }
   /** Run the pass. */
   execute(): PiePromise<Output> {
     const kv = this.kv;
-    const call = h(() => inference.forward(kv.handle, this.tokens, this.positions, this.masks, this.logitMask,
-      this.samples, this.probes, 0, this.adapterHandle, this.zo, 0, []));
+    const handle = settled(kv);
+    kv.epoch++;
+    const call = h(() => inference.forward(handle, this.tokens, this.positions, this.masks, this.logitMask,
+      this.samples, this.probes, 0, this.adapterHandle, this.zo, this.ahead, this.stopTokens));
     const n = this.tokens.length;
     return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw: any) => {
       kv.length += n;

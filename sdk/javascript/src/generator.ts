@@ -1,6 +1,9 @@
 import hostModel from 'pie:inferlet/model@0.1.0';
+import inference from 'pie:inferlet/inference@0.1.0';
+import hostContext from 'pie:inferlet/context@0.1.0';
+import { hostCall } from './loop';
 import { h } from './errors';
-import { Output, ProbeHandle } from './forward';
+import { Output, ProbeHandle, SampleHandle } from './forward';
 import type { Context } from './context';
 import type { Probe, Sampler } from './sampler';
 import { Decoder } from './chat';
@@ -26,6 +29,9 @@ export class Generator implements AsyncIterable<GenStep> {
   private done = false;
   /** @internal */ eachStep: [number, Probe][] = [];
   /** @internal */ rules: ConstraintSet | null = null;
+  /** @internal bumped whenever the steps' pass would change */ config = 0;
+  /** @internal the decode loop the engine runs ahead of this generator */
+  loop: { epoch: number; token: number; config: number; handle: SampleHandle } | null = null;
 
   constructor(/** @internal */ readonly ctx: Context, /** @internal */ readonly sampler: Sampler, options: GenerateOptions = {}) {
     this.max = checkMax(options.maxTokens);
@@ -37,15 +43,17 @@ export class Generator implements AsyncIterable<GenStep> {
   }
   /** Add a constraint (a Schema or Constraint, or a list), ANDed with those attached. */
   constrain(c: unknown): this {
+    this.config++;
     if (this.rules === null) this.rules = new ConstraintSet(this.ctx.model);
     this.rules.add(c);
     return this;
   }
-  maxTokens(n: number): this { this.max = checkMax(n); return this; }
-  stop(tokens: Iterable<number>): this { this.stopSet = new Set(tokens); return this; }
-  addStop(tokens: Iterable<number>): this { for (const t of tokens) this.stopSet.add(t); return this; }
+  maxTokens(n: number): this { this.config++; this.max = checkMax(n); return this; }
+  stop(tokens: Iterable<number>): this { this.config++; this.stopSet = new Set(tokens); return this; }
+  addStop(tokens: Iterable<number>): this { this.config++; for (const t of tokens) this.stopSet.add(t); return this; }
   /** Attach `probe` to input row `index` of every step (-1 = the sampled row). */
   probeEachStep(index: number, probe: Probe): ProbeHandle {
+    this.config++;
     this.eachStep.push([index, probe]);
     return { row: this.eachStep.length - 1, kind: probe.spec(0).kind };
   }
@@ -73,6 +81,14 @@ export class Generator implements AsyncIterable<GenStep> {
     this.ctx.append(got);
     return Uint32Array.from(got);
   }
+  /** @internal How many more steps like the next the engine may run ahead (0: none). */
+  aheadRoom(): number {
+    if (this.sampler.draws !== 1 || this.rules !== null) return 0;
+    if (this.max === undefined) return 2 ** 31 - 1;
+    return Math.max(0, this.max - this.accepted.length - 1);
+  }
+  /** @internal The stop set, sorted. */
+  stopList(): number[] { return Array.from(this.stopSet).sort((a, b) => a - b); }
   async collectTokens(): Promise<Uint32Array> {
     for await (const step of this) await step.execute();
     return Uint32Array.from(this.accepted);
@@ -121,6 +137,31 @@ export class GenStep {
   async execute(): Promise<Output> {
     if (this.executed) throw new Error('step.execute() runs a step once; take the next step from the generator');
     this.executed = true;
+    const gen = this.gen, kv = gen.ctx.kv, loop = gen.loop;
+    const pending = gen.ctx.pendingTokens();
+    if (loop !== null && this.sampleIt && this.probes.length === 0 && kv.epoch === loop.epoch && loop.config === gen.config
+        && !gen.isDone && pending.length === 1 && pending[0] === loop.token) {
+      // the decode loop goes on: the engine has usually run this pass already
+      pending.length = 0;
+      let raw: any;
+      if (kv.ahead.length) {
+        raw = kv.ahead.shift();
+      } else {
+        try {
+          const got: any[] = await hostCall(h(() => inference.forwardNext(kv.handle)), (c) => h(() => inference.forwardNextResult(c)));
+          raw = got[0];
+          kv.ahead.push(...got.slice(1));
+        } catch (e) {
+          pending.push(loop.token);
+          kv.epoch++;
+          if (!kv.released) kv.length = h(() => hostContext.seqLen(kv.handle));
+          throw e;
+        }
+      }
+      kv.length += 1;
+      return this.fold(new Output(raw), loop.handle, true);
+    }
+    gen.loop = null;
     const fwd = this.gen.ctx.forward(true);
     const n = fwd.size;
     if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
@@ -130,8 +171,19 @@ export class GenStep {
     const mask = rules === null ? null : rules.mask();
     const hd = this.sampleIt ? fwd.sample([n - 1], this.gen.sampler, mask) : undefined;
     for (const [i, p] of [...this.gen.eachStep, ...this.probes]) fwd.probe(row(i), p);
+    const ahead = hd !== undefined && this.probes.length === 0 && this.gen.eachStep.every(([i]) => i === -1)
+      ? this.gen.aheadRoom() : 0;
+    if (ahead > 0) fwd.runAhead(ahead, this.gen.stopList());
     const out = await fwd.execute();
-    const tokens = hd === undefined ? new Uint32Array() : this.gen.accept(out.tokensAt(hd));
+    if (hd === undefined) return new Output(out.raw, new Uint32Array(), hd);
+    return this.fold(out, hd, ahead > 0);
+  }
+  private fold(out: Output, hd: SampleHandle, looping: boolean): Output {
+    const gen = this.gen;
+    const run = out.tokensAt(hd);
+    const tokens = gen.accept(run);
+    gen.loop = looping && !gen.isDone && run.length === 1 && tokens.length === 1 && tokens[0] === run[0]
+      ? { epoch: gen.ctx.kv.epoch, token: run[0], config: gen.config, handle: hd } : null;
     return new Output(out.raw, tokens, hd);
   }
 }
