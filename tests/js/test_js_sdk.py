@@ -24,3 +24,13 @@ def test_the_sdk_tests_pass_under_node() -> None:
     done = subprocess.run(["node", str(runner), str(esbuild)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout
+
+
+def test_the_sdk_and_the_ts_examples_type_check_strictly() -> None:
+    missing = js_build.js_toolchain_missing()
+    if missing:
+        pytest.skip(missing)
+    tsc = js_build._toolchain(cache_dir()) / "node_modules" / "typescript" / "bin" / "tsc"
+    done = subprocess.run(["node", str(tsc), "-p", str(js_build.SDK_DIR / "tsconfig.json")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
