@@ -180,3 +180,23 @@ def test_a_js_decode_loop_runs_ahead_like_the_python_sdk(engine: Engine, launche
     calls = {k: host_api.CALLS[k] - before.get(k, 0) for k in host_api.CALLS}
     assert calls.get(("inference", "forward"), 0) == 1
     assert calls.get(("inference", "forward_next"), 0) >= 1
+
+
+def test_session_runtime_messaging_and_market_reach_a_js_guest(engine: Engine, launcher: WasmLauncher) -> None:
+    from pie_core import __version__
+
+    events: list[Event] = []
+    inst = HostInstance(engine=engine, emit=events.append, username="alice")
+    inst.inbox.put_nowait("from the client")
+
+    async def main() -> Event:
+        return await launcher.start(engine, load_manifest(PROGRAMS / "io"), {}, inst)
+
+    final = asyncio.run(main())
+    assert final.kind == "return", final
+    value = final.value
+    assert value["got"] == ["first", "second"] and value["pulled"] == "job-1" and value["reply"] == "from the client"
+    assert value["topic"] == "news" and value["models"] == list(engine.models) and value["user"] == "alice"
+    assert value["version"] == __version__ and value["seqLen"] > 0 and value["price"] and value["balance"]
+    assert [e.value for e in events if e.kind == "stdout"][:2] == ["hello", '{"n":1}']
+    assert engine.pools_whole()

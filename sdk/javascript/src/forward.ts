@@ -92,7 +92,7 @@ export class Forward {
   }
   attentionMask(masks: Iterable<Iterable<number>>): this { this.masks = Array.from(masks, (m) => Array.from(m)); return this; }
   mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
-  adapter(a: { handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
+  adapter(a: { readonly handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
   zoSeed(seed: number): this { this.zo = seed; return this; }
   /** Sample input rows `indices`; `mask` (packed, 8 tokens a byte) limits them to its tokens. */
   sample(indices: Iterable<number> | number, sampler: Sampler, mask: Uint8Array | null = null): SampleHandle {

@@ -16,6 +16,7 @@ export { runtime, session, messaging, Subscription } from './io';
 export { Grammar, GrammarConstraint, Matcher, jsonSchema, anyJson, regex, ebnf, grammar } from './grammar';
 export type { Schema, Constraint } from './grammar';
 export { PieError } from './errors';
+export { Adapter, scheduling, mcp, McpSession } from './extras';
 export * as chat from './chat';
 
 /** @internal The component's `run` export: `request` is `{"entry", "input"}` as JSON; returns
