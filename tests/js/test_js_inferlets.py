@@ -200,3 +200,8 @@ def test_session_runtime_messaging_and_market_reach_a_js_guest(engine: Engine, l
     assert value["version"] == __version__ and value["seqLen"] > 0 and value["price"] and value["balance"]
     assert [e.value for e in events if e.kind == "stdout"][:2] == ["hello", '{"n":1}']
     assert engine.pools_whole()
+
+
+def test_a_js_inferlet_run_in_process_ends_with_where_it_runs(engine: Engine) -> None:
+    final, _ = _inproc(engine, load_manifest(EXAMPLES / "text-completion-ts"), {"max_tokens": 2})
+    assert final.kind == "error" and "runs only in the wasm sandbox" in final.value, final
