@@ -205,3 +205,22 @@ def test_session_runtime_messaging_and_market_reach_a_js_guest(engine: Engine, l
 def test_a_js_inferlet_run_in_process_ends_with_where_it_runs(engine: Engine) -> None:
     final, _ = _inproc(engine, load_manifest(EXAMPLES / "text-completion-ts"), {"max_tokens": 2})
     assert final.kind == "error" and "runs only in the wasm sandbox" in final.value, final
+
+
+def test_a_js_guest_reaches_no_file_outside_its_scratch_directory(engine: Engine, launcher: WasmLauncher) -> None:
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "escape"), {})
+    assert final.kind == "return", final
+    assert final.value["inside"].endswith("notes/a.txt")
+    assert final.value["../../etc/passwd"].startswith("refused: ") and final.value["/etc/passwd"].startswith("refused: ")
+    # and WASI's filesystem is out of reach: a static import does not bundle (above), a computed
+    # one is a native promise that never settles in the sandbox
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "dynamic-wasi"), {})
+    assert final.kind == "error" and "can never finish" in final.value, final
+
+
+def test_without_node_the_build_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pie_core.runtime.wasm import js_build
+
+    monkeypatch.setattr(js_build.shutil, "which", lambda tool: None)
+    missing = js_build.js_toolchain_missing()
+    assert missing is not None and "\n" not in missing and "Node.js" in missing and "npm" in missing
