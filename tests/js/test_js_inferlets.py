@@ -224,3 +224,10 @@ def test_without_node_the_build_says_what_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(js_build.shutil, "which", lambda tool: None)
     missing = js_build.js_toolchain_missing()
     assert missing is not None and "\n" not in missing and "Node.js" in missing and "npm" in missing
+
+
+def test_tools_helpers_match_the_python_sdk(engine: Engine, launcher: WasmLauncher) -> None:
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "tools"), {})
+    want, _ = _inproc(engine, load_manifest(PROGRAMS / "tools-py"), {})
+    assert want.kind == "return" and final == want, (final, want)
+    assert want.value["equip"] and want.value["answer"] and want.value["matcher"] is True

@@ -20,6 +20,8 @@ export class Grammar {
   static fromRegex(pattern: string): Grammar { return new Grammar(h(() => hostGrammar.regex(pattern))); }
   /** A GBNF or Lark grammar. */
   static fromEbnf(text: string): Grammar { return new Grammar(h(() => hostGrammar.ebnf(text))); }
+  /** @internal A grammar the host made (a tool-call grammar). */
+  static fromSource(source: Source): Grammar { return new Grammar(source); }
   get kind(): string { return this.source.kind; }
   get text(): string { return this.source.text; }
   buildConstraint(model: Model): GrammarConstraint { return GrammarConstraint.fromGrammar(this, model); }

@@ -18,6 +18,7 @@ export type { Schema, Constraint } from './grammar';
 export { PieError } from './errors';
 export { Adapter, scheduling, mcp, McpSession } from './extras';
 export * as chat from './chat';
+export * as tools from './tools';
 
 /** @internal The component's `run` export: `request` is `{"entry", "input"}` as JSON; returns
  * main's value as JSON, or throws the error text (the Error event). */
