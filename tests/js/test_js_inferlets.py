@@ -231,3 +231,11 @@ def test_tools_helpers_match_the_python_sdk(engine: Engine, launcher: WasmLaunch
     want, _ = _inproc(engine, load_manifest(PROGRAMS / "tools-py"), {})
     assert want.kind == "return" and final == want, (final, want)
     assert want.value["equip"] and want.value["answer"] and want.value["matcher"] is True
+
+
+def test_a_static_logit_mask_matches_the_python_sdk_and_an_adapter_runs(engine: Engine, launcher: WasmLauncher) -> None:
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "options"), {})
+    want, _ = _inproc(engine, load_manifest(PROGRAMS / "options-py"), {})
+    assert want.kind == "return" and final == want, (final, want)
+    assert all(1000 <= t < 1050 for t in want.value["masked"]) and len(want.value["adapted"]) == 6
+    # a new adapter is all zeros, so "adapted" shows only that a pass with an adapter runs

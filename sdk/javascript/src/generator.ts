@@ -18,6 +18,12 @@ export interface GenerateOptions {
   autoFlush?: boolean;
   /** A Schema or Constraint, or several (ANDed). */
   constrain?: unknown;
+  /** A static BRLE mask applied every step (composes with constrain). */
+  logitMask?: Iterable<number>;
+  /** A LoRA adapter for every step. */
+  adapter?: { readonly handle: any } | null;
+  /** Evolution Strategies seed for every forward pass. */
+  zoSeed?: number;
 }
 
 /** The decode loop of a context: each step runs the buffered tokens and samples the next token.
@@ -30,11 +36,16 @@ export class Generator implements AsyncIterable<GenStep> {
   /** @internal */ eachStep: [number, Probe][] = [];
   /** @internal */ rules: ConstraintSet | null = null;
   /** @internal bumped whenever the steps' pass would change */ config = 0;
+  /** @internal */ adapterOpt: { readonly handle: any } | null = null;
+  /** @internal */ zo = 0;
   /** @internal the decode loop the engine runs ahead of this generator */
   loop: { epoch: number; token: number; config: number; handle: SampleHandle } | null = null;
 
   constructor(/** @internal */ readonly ctx: Context, /** @internal */ readonly sampler: Sampler, options: GenerateOptions = {}) {
     this.max = checkMax(options.maxTokens);
+    this.adapterOpt = options.adapter ?? null;
+    this.zo = options.zoSeed ?? 0;
+    if (options.logitMask !== undefined) this.rules = new ConstraintSet(ctx.model, Array.from(options.logitMask));
     if (options.constrain !== undefined) this.constrain(options.constrain);
     const auto = options.autoFlush ?? true;
     if (auto) ctx.cue();
@@ -48,6 +59,10 @@ export class Generator implements AsyncIterable<GenStep> {
     this.rules.add(c);
     return this;
   }
+  /** Apply a LoRA adapter on every step (null = base weights). */
+  adapter(a: { readonly handle: any } | null): this { this.config++; this.adapterOpt = a; return this; }
+  /** Run every step with the adapter perturbed by zo seed `seed`. */
+  zoSeed(seed: number): this { this.config++; this.zo = seed; return this; }
   maxTokens(n: number): this { this.config++; this.max = checkMax(n); return this; }
   stop(tokens: Iterable<number>): this { this.config++; this.stopSet = new Set(tokens); return this; }
   addStop(tokens: Iterable<number>): this { this.config++; for (const t of tokens) this.stopSet.add(t); return this; }
@@ -83,7 +98,7 @@ export class Generator implements AsyncIterable<GenStep> {
   }
   /** @internal How many more steps like the next the engine may run ahead (0: none). */
   aheadRoom(): number {
-    if (this.sampler.draws !== 1 || this.rules !== null) return 0;
+    if (this.sampler.draws !== 1 || (this.rules !== null && !this.rules.isStatic)) return 0;
     if (this.max === undefined) return 2 ** 31 - 1;
     return Math.max(0, this.max - this.accepted.length - 1);
   }
@@ -162,7 +177,7 @@ export class GenStep {
       return this.fold(new Output(raw), loop.handle, true);
     }
     gen.loop = null;
-    const fwd = this.gen.ctx.forward(true);
+    const fwd = this.gen.ctx.forward(true).adapter(gen.adapterOpt).zoSeed(gen.zo);
     const n = fwd.size;
     if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
     const row = (i: number) => (i < 0 ? n + i : i);

@@ -92,7 +92,13 @@ export class ConstraintSet {
   private pending: number[] = [];
   private cached: Uint8Array | null | undefined = undefined;
   private accepted = 0;
-  constructor(private readonly model: Model) { h(() => hostGrammar.checkMasks(model.name)); }
+  private readonly staticMask: Uint8Array | null;
+  constructor(private readonly model: Model, staticRuns?: number[]) {
+    h(() => hostGrammar.checkMasks(model.name));
+    this.staticMask = staticRuns === undefined ? null : Uint8Array.from(h(() => hostGrammar.packedMask(model.name, staticRuns)));
+  }
+  /** Only the static mask: the engine may run steps ahead. */
+  get isStatic(): boolean { return this.grammars.length === 0 && this.others.length === 0; }
   add(item: unknown): void {
     if (Array.isArray(item)) { for (const each of item) this.add(each); return; }
     const it = item as any;
@@ -120,6 +126,7 @@ export class ConstraintSet {
       const runs = c.step(Uint32Array.from(pending));
       if (runs.length) masks.push(Uint8Array.from(h(() => hostGrammar.packedMask(this.model.name, Array.from(runs)))));
     }
+    if (this.staticMask !== null) masks.push(this.staticMask);
     let mask: Uint8Array | null = null;
     for (const m of masks) mask = mask === null ? m : mask.map((b, i) => b & m[i]);
     if (mask !== null && mask.every((b) => b === 0)) {

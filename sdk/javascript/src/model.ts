@@ -26,4 +26,6 @@ export class Model {
     return new Model(name);
   }
   tokenizer(): Tokenizer { return new Tokenizer(this.name); }
+  /** Rows of the model's output layer: valid token ids are below it. */
+  get vocabSize(): number { return h(() => model.vocabSize(this.name)); }
 }
