@@ -1,4 +1,4 @@
-"""Ships ``examples/`` and ``wit/`` inside the wheel (everything else is in pyproject.toml).
+"""Ships ``examples/``, ``wit/`` and the JS SDK ``sdk/javascript/`` inside the wheel (everything else is in pyproject.toml).
 
 A source checkout reads both folders in place; an installed wheel has no checkout, so
 ``build_py`` copies the inferlet examples (folders with a ``Pie.toml``) and the WIT package into
@@ -15,7 +15,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info")
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "node_modules")
 
 
 class BuildWithBundle(build_py):
@@ -28,6 +28,7 @@ class BuildWithBundle(build_py):
         for manifest in sorted((ROOT / "examples").glob("*/Pie.toml")):
             shutil.copytree(manifest.parent, target / "examples" / manifest.parent.name, ignore=_SKIP)
         shutil.copytree(ROOT / "wit", target / "wit", ignore=_SKIP)
+        shutil.copytree(ROOT / "sdk" / "javascript", target / "sdk" / "javascript", ignore=_SKIP)
 
 
 setup(cmdclass={"build_py": BuildWithBundle})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["examples_dir", "wit_dir"]
+__all__ = ["examples_dir", "wit_dir", "js_sdk_dir"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _BUNDLED = _PACKAGE / "_bundled"
@@ -30,3 +30,8 @@ def examples_dir() -> Path:
 def wit_dir() -> Path:
     """The WIT package (``pie:inferlet``) the wasm runner builds against."""
     return _find("wit")
+
+
+def js_sdk_dir() -> Path:
+    """The JavaScript/TypeScript SDK, the npm package ``inferlet`` (``sdk/javascript``)."""
+    return _find("sdk") / "javascript"

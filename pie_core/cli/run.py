@@ -20,6 +20,7 @@ from pie_core.host.binding import HostInstance
 from pie_core.runtime.instance import equip_for_spawn, run_inferlet
 from pie_core.runtime.library import find_inferlet
 from pie_core.runtime.manifest import load_manifest, parse_cli_args
+from pie_core.runtime.wasm.js_build import is_js_entry
 
 __all__ = ["register"]
 
@@ -64,12 +65,14 @@ def _run(args: argparse.Namespace) -> int:
         final = run_remote(args.server, args.target, args.trailing, files, printer, args.token)
         return 0 if final.kind == "return" else 1
     options = engine_options(args)  # bad flags or config fail before anything loads
-    if args.isolation == "wasm":
-        from pie_core.runtime.wasm.build import toolchain_missing
-
-        if missing := toolchain_missing():
-            raise Unsupported(missing)
     manifest = load_manifest(find_inferlet(args.target))
+    if is_js_entry(manifest.entry):  # a JS/TS inferlet runs only in the sandbox
+        args.isolation = "wasm"
+    if args.isolation == "wasm":
+        from pie_core.runtime.wasm.launcher import wasm_missing
+
+        if missing := wasm_missing(manifest):
+            raise Unsupported(missing)
     given = parse_cli_args(args.trailing, manifest)
     manifest.validate_input(given)  # fail on bad parameters before loading anything
     files = [_read_file(f) for f in args.file]

@@ -158,7 +158,13 @@ def _serve(args: argparse.Namespace) -> int:
         launcher: Any = WasmLauncher(GuestLimits(wall_s=limits.wall_s, memory_mb=limits.memory_mb),
                                      on_build=wasm_build_notice())
     else:
-        launcher = ProcessLauncher(limits) if args.isolation == "process" else InProcessLauncher()
+        from pie_core.runtime.wasm.host import GuestLimits
+        from pie_core.runtime.wasm.launcher import JsInWasm
+
+        inner = ProcessLauncher(limits) if args.isolation == "process" else InProcessLauncher()
+        # JS/TS inferlets run only in the wasm sandbox, under the same limits
+        launcher = JsInWasm(inner, GuestLimits(wall_s=limits.wall_s, memory_mb=limits.memory_mb),
+                            on_build=wasm_build_notice())
     server = PieServer(engine, options, auth=auth, console=console, launcher=launcher)
 
     async def run() -> None:

@@ -8,6 +8,7 @@ from typing import Any, Awaitable, Callable
 
 from pie_core.engine.engine import Engine
 from pie_core.engine.events import Event
+from pie_core.errors import Unsupported
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
@@ -27,7 +28,11 @@ def load_entry(manifest: Manifest, *, synchronous: bool = False, own_process: bo
     Raises:
         InvalidInput: The module has no ``async def main(input)`` (nor, with ``synchronous``,
             a ``def main(input)``).
+        Unsupported: The entry is a JS/TS module (those run in the wasm sandbox only).
     """
+    if manifest.entry.endswith((".ts", ".js", ".mjs", ".mts")):
+        raise Unsupported(f"{manifest.name} is a JavaScript/TypeScript inferlet ({manifest.entry}): it runs only in the "
+                          "wasm sandbox (pie run picks it; pie serve runs it there whatever --isolation says)")
     path = manifest.entry_path
     name = f"_pie_inferlet_{manifest.name.replace('-', '_')}_{abs(hash(path))}"
     return entry.load_main(path, name, synchronous=synchronous, own_process=own_process)

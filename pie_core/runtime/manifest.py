@@ -105,7 +105,8 @@ def load_manifest(folder: str | Path, *, shown_as: str | None = None) -> Manifes
     where = shown_as or str(root)
     path = root / "Pie.toml"
     if not path.is_file():
-        raise InvalidInput(f"{where} has no Pie.toml; an inferlet is a folder with Pie.toml and main.py")
+        raise InvalidInput(f"{where} has no Pie.toml; an inferlet is a folder with Pie.toml and main.py "
+                           "(or package.json and index.ts/index.js)")
     shown = f"{where}/Pie.toml"
     with open(path, "rb") as fh:
         raw = fh.read(_MAX_MANIFEST_BYTES + 1)
@@ -131,7 +132,7 @@ def load_manifest(folder: str | Path, *, shown_as: str | None = None) -> Manifes
     runtime = data.get("runtime", {})
     if not isinstance(runtime, dict):
         raise InvalidInput(f"{shown}: [runtime] must be a table")
-    entry = runtime.get("entry", "main.py")
+    entry = runtime.get("entry", _default_entry(root))
     if not _inside(root, entry):
         raise InvalidInput(f"{shown}: [runtime] entry must be a relative path to a file inside the inferlet folder "
                            f"(no '..', not absolute, no link out of it), got {str(entry)[:200]!r}")
@@ -154,6 +155,15 @@ def load_manifest(folder: str | Path, *, shown_as: str | None = None) -> Manifes
         parameters=params,
         runtime=runtime,
     )
+
+
+def _default_entry(root: Path) -> str:
+    """``main.py``; for a JS/TS inferlet (``package.json``, no ``main.py``) ``index.ts`` or ``index.js``."""
+    if not (root / "main.py").is_file() and (root / "package.json").is_file():
+        for name in ("index.ts", "index.js"):
+            if (root / name).is_file():
+                return name
+    return "main.py"
 
 
 def _inside(root: Path, entry: Any) -> bool:

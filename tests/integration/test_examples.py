@@ -21,7 +21,8 @@ from pie_core.runtime.instance import load_entry, run_inferlet, run_main
 from pie_core.runtime.manifest import load_manifest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
+# Python examples: the TypeScript twins (package.json + index.ts) run in tests/js
+ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file() and (p / "main.py").is_file())
 
 
 def run_example(engine, name: str, args: dict[str, Any], inbox: list[str] | None = None) -> tuple[Any, list[Event]]:

@@ -18,7 +18,8 @@ from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.auth import User, hash_token
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file())
+# Python examples: the TypeScript twins (package.json + index.ts) run in tests/js
+ALL = sorted(p.name for p in EXAMPLES.iterdir() if (p / "Pie.toml").is_file() and (p / "main.py").is_file())
 
 INPUTS: dict[str, dict[str, Any]] = {
     "agent-codeact": {"turns": 1, "retries": 1, "max_tokens": 3},

@@ -93,14 +93,16 @@ class WasmHost:
         component: The ``.wasm`` file (:func:`~.build.component_path`); its compiled form is
             cached beside it (``.cwasm``), keyed by the wasmtime version, and its standard
             library too (:func:`~.build.stdlib_path`), mounted read-only at ``/python``.
+        python: False for a JavaScript component (:mod:`.js_build`): it has no standard-library
+            folder and no ``/python`` mount.
 
     Raises:
         Unsupported: The standard-library folder beside ``component`` is missing.
     """
 
-    def __init__(self, component: Path) -> None:
-        self.stdlib = stdlib_path(component)
-        if not (self.stdlib / "os.py").is_file():
+    def __init__(self, component: Path, *, python: bool = True) -> None:
+        self.stdlib: Path | None = stdlib_path(component) if python else None
+        if self.stdlib is not None and not (self.stdlib / "os.py").is_file():
             raise Unsupported(f"the guest's standard library {self.stdlib} is missing beside {component.name}; "
                               f"delete {component} and start again to rebuild both (component_path does)")
         config = wasmtime.Config()
@@ -150,7 +152,8 @@ class WasmHost:
             _STORES[0] += 1
         wasi = wasmtime.WasiConfig()
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
-        wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
+        if self.stdlib is not None:
+            wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
         wasi.preopen_dir(scratch, "/scratch")
         store.set_wasi(wasi)
         if limits.memory_mb > 0:

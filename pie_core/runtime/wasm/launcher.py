@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from pie_core.engine.engine import Engine
@@ -24,8 +26,11 @@ from pie_core.runtime.library import find_program
 from pie_core.runtime.manifest import Manifest
 from pie_core.runtime.wasm.build import component_path, toolchain_missing
 from pie_core.runtime.wasm.host import GuestLimits, WasmHost
+from pie_core.runtime.wasm.js_build import is_js_entry, js_component_path, js_toolchain_missing
 
-__all__ = ["WasmLauncher", "run_wasm", "toolchain_missing"]
+__all__ = ["WasmLauncher", "run_wasm", "toolchain_missing", "wasm_missing", "JsInWasm"]
+
+_MAX_JS_HOSTS = 32  # compiled JS components kept per launcher (each is its inferlet's own)
 
 _MAX_ERROR = 16 * 1024  # characters of a guest's error text that reach the client
 _FREE_GRACE_S = 30.0  # how long a cancelled instance may take to leave its thread (it takes one epoch tick)
@@ -44,6 +49,7 @@ class WasmLauncher:
         self._host = host
         self._host_lock = asyncio.Lock()
         self._on_build = on_build
+        self._js_hosts: dict[Path, WasmHost] = {}
 
     def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
         coro = self._run(manifest, args, instance)
@@ -58,6 +64,25 @@ class WasmLauncher:
                 cache, on_build = cache_dir(), self._on_build
                 self._host = await asyncio.to_thread(lambda: WasmHost(component_path(cache, on_build=on_build)))
             return self._host
+
+    async def js_host(self, manifest: Manifest) -> WasmHost:
+        """The compiled component of a JS inferlet: bundled and built on first use (cached by
+        content hash on disk, compiled once per launcher)."""
+        from pie_core.models.weights_cache import cache_dir
+
+        async with self._host_lock:
+            cache, on_build = cache_dir(), self._on_build
+
+            def build() -> WasmHost:
+                path = js_component_path(manifest.root, manifest.entry, cache, on_build=on_build)
+                host = self._js_hosts.get(path)
+                if host is None:
+                    if len(self._js_hosts) >= _MAX_JS_HOSTS:
+                        self._js_hosts.pop(next(iter(self._js_hosts)))
+                    host = self._js_hosts[path] = WasmHost(path, python=False)
+                return host
+
+            return await asyncio.to_thread(build)
 
     async def aclose(self) -> None:
         """Nothing to stop: each instance's thread ends with it."""
@@ -83,7 +108,7 @@ class WasmLauncher:
 
     async def _launch(self, manifest: Manifest, args: dict[str, Any], inst: HostInstance) -> Event:
         payload = manifest.validate_input(args)
-        host = await self.host()
+        host = await (self.js_host(manifest) if is_js_entry(manifest.entry) else self.host())
         scratch = host_runtime.scratch_dir()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
@@ -142,7 +167,37 @@ async def run_wasm(engine: Engine, manifest: Manifest, args: dict[str, Any], ins
     Raises:
         Unsupported: The wasm toolchain is not installed (the message says what to install).
     """
-    missing = toolchain_missing()
+    missing = wasm_missing(manifest)
     if missing:
         raise Unsupported(missing)
     return await WasmLauncher(limits, on_build=on_build).start(engine, manifest, args, instance)
+
+
+def wasm_missing(manifest: Manifest) -> str | None:
+    """Why ``manifest``'s inferlet cannot run in the sandbox here (a one-line fix), or None."""
+    if not is_js_entry(manifest.entry):
+        return toolchain_missing()
+    try:
+        metadata.version("wasmtime")
+    except metadata.PackageNotFoundError:
+        return "the wasm runner needs wasmtime, which is not installed: pip install 'pie-engine[wasm]'"
+    return js_toolchain_missing()
+
+
+class JsInWasm:
+    """A launcher that runs JS/TS inferlets in the wasm sandbox (they run nowhere else) and
+    every other inferlet with ``inner`` (``pie serve --isolation inprocess|process``)."""
+
+    def __init__(self, inner: Any, limits: GuestLimits, on_build: Callable[[], None] | None = None) -> None:
+        self.inner = inner
+        self._wasm = WasmLauncher(limits, on_build=on_build)
+
+    def start(self, engine: Engine, manifest: Manifest, args: dict[str, Any], instance: HostInstance) -> asyncio.Task[Event]:
+        launcher = self._wasm if is_js_entry(manifest.entry) else self.inner
+        return launcher.start(engine, manifest, args, instance)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,129 @@
+import inference from 'pie:inferlet/inference@0.1.0';
+import context from 'pie:inferlet/context@0.1.0';
+import { h } from './errors';
+import { hostCall, PiePromise } from './loop';
+import type { Probe, Sampler } from './sampler';
+
+export interface SampleHandle { readonly rows: number[] }
+export interface ProbeHandle { readonly row: number; readonly kind: string }
+
+/** What the SDK knows of a context's KV cache: its handle, its length as the SDK changed it, an
+ * epoch bumped by every pass and change, and passes of a decode loop the engine ran ahead
+ * (`inference.forward-next`) taken but not handed out yet. */
+export interface Kv { handle: any; length: number; released: boolean; epoch: number; ahead: any[] }
+
+/** The handle holding exactly `kv.length` tokens: passes the engine ran ahead that were never
+ * handed out are truncated first (their decode loop ends). */
+export function settled(kv: Kv): any {
+  if (kv.released) throw new Error('this context was released; create a new Context');
+  if (kv.ahead.length) {
+    const n = kv.ahead.length;
+    kv.ahead = [];
+    kv.epoch++;
+    h(() => context.truncate(kv.handle, n));
+  }
+  return kv.handle;
+}
+
+/** A forward pass's results. */
+export class Output {
+  constructor(readonly raw: { tokens: number[][]; probes: { tag: string; val: any }[]; draftsKept: number },
+              readonly tokens: Uint32Array = new Uint32Array(), readonly autoSampler?: SampleHandle) {}
+  token(hd: SampleHandle): number | undefined {
+    return hd.rows.length === 1 && hd.rows[0] < this.raw.tokens.length ? this.raw.tokens[hd.rows[0]][0] : undefined;
+  }
+  tokensAt(hd: SampleHandle): Uint32Array {
+    return Uint32Array.from(hd.rows.flatMap((r) => this.raw.tokens[r] ?? []));
+  }
+  private probeValue(hd: ProbeHandle, kind: string): any {
+    const p = this.raw.probes[hd.row];
+    return p !== undefined && p.tag === kind && hd.kind === kind ? p.val : undefined;
+  }
+  distribution(hd: ProbeHandle): [Uint32Array, Float32Array] | undefined {
+    const v = this.probeValue(hd, 'distribution');
+    return v === undefined ? undefined : [Uint32Array.from(v[0]), Float32Array.from(v[1])];
+  }
+  logits(hd: ProbeHandle): Uint8Array | undefined {
+    const v = this.probeValue(hd, 'logits');
+    return v === undefined ? undefined : Uint8Array.from(v);
+  }
+  logprobs(hd: ProbeHandle): Float32Array | undefined {
+    const v = this.probeValue(hd, 'logprobs');
+    return v === undefined ? undefined : Float32Array.from(v);
+  }
+  entropy(hd: ProbeHandle): number | undefined { return this.probeValue(hd, 'entropy'); }
+}
+
+/** One forward pass on a context; nothing runs until `execute`. */
+export class Forward {
+  private tokens: number[] = [];
+  private positions: number[] = [];
+  private masks: number[][] | null = null;
+  private logitMask: number[] | null = null;
+  private samples: object[] = [];
+  private probes: object[] = [];
+  private adapterHandle: any = null;
+  private zo = 0;
+  private ahead = 0;
+  private stopTokens: number[] = [];
+  private readonly start: number;
+
+  /** @internal use `ctx.forward()` */
+  constructor(private readonly kv: Kv, private readonly flushed: number[] = [], private readonly onFail?: () => void) {
+    if (kv.released) throw new Error('this context was released; create a new Context');
+    this.start = kv.length;
+    this.input(flushed);
+  }
+  startPosition(): number { return this.start; }
+  /** Input rows so far. */
+  get size(): number { return this.tokens.length; }
+  input(tokens: Iterable<number>): this {
+    const base = this.start + this.tokens.length;
+    const list = Array.from(tokens);
+    for (let i = 0; i < list.length; i++) { this.tokens.push(list[i]); this.positions.push(base + i); }
+    return this;
+  }
+  inputAt(tokens: Iterable<number>, positions: Iterable<number>): this {
+    const t = Array.from(tokens), p = Array.from(positions);
+    if (t.length !== p.length) throw new RangeError(`inputAt got ${t.length} tokens and ${p.length} positions`);
+    this.tokens.push(...t);
+    this.positions.push(...p);
+    return this;
+  }
+  attentionMask(masks: Iterable<Iterable<number>>): this { this.masks = Array.from(masks, (m) => Array.from(m)); return this; }
+  mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
+  adapter(a: { readonly handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
+  zoSeed(seed: number): this { this.zo = seed; return this; }
+  /** Sample input rows `indices`; `mask` (packed, 8 tokens a byte) limits them to its tokens. */
+  sample(indices: Iterable<number> | number, sampler: Sampler, mask: Uint8Array | null = null): SampleHandle {
+    const rows: number[] = [];
+    for (const i of typeof indices === 'number' ? [indices] : indices) {
+      rows.push(this.samples.length);
+      const spec: any = sampler.spec(i);
+      if (mask !== null) spec.logitMask = mask;
+      this.samples.push(spec);
+    }
+    return { rows };
+  }
+  probe(index: number, p: Probe): ProbeHandle {
+    const spec = p.spec(index);
+    this.probes.push(spec);
+    return { row: this.probes.length - 1, kind: spec.kind };
+  }
+  /** @internal Let the engine run `ahead` more passes like this one, each on the token sampled
+   * before it, unless that token is in `stop` (the generator's decode loop). */
+  runAhead(ahead: number, stop: number[]): void { this.ahead = ahead; this.stopTokens = stop; }
+  /** Run the pass. */
+  execute(): PiePromise<Output> {
+    const kv = this.kv;
+    const handle = settled(kv);
+    kv.epoch++;
+    const call = h(() => inference.forward(handle, this.tokens, this.positions, this.masks, this.logitMask,
+      this.samples, this.probes, 0, this.adapterHandle, this.zo, this.ahead, this.stopTokens));
+    const n = this.tokens.length;
+    return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw: any) => {
+      kv.length += n;
+      return new Output(raw);
+    }, (e) => { if (this.onFail) this.onFail(); throw e; });
+  }
+}

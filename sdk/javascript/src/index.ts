@@ -1,0 +1,35 @@
+// The inferlet SDK for JavaScript and TypeScript: `import { ... } from 'inferlet'`.
+import { installLoop, runMain } from './loop';
+import { asError } from './errors';
+
+installLoop(); // before any other module makes a promise (see loop.ts)
+
+export { Model, Tokenizer } from './model';
+export { Context } from './context';
+export { Forward, Output } from './forward';
+export type { SampleHandle, ProbeHandle } from './forward';
+export { Generator, GenStep } from './generator';
+export type { GenerateOptions } from './generator';
+export { Sampler, Logits, Distribution, Logprob, Logprobs, Entropy } from './sampler';
+export type { Probe } from './sampler';
+export { runtime, session, messaging, Subscription } from './io';
+export { Grammar, GrammarConstraint, Matcher, jsonSchema, anyJson, regex, ebnf, grammar } from './grammar';
+export type { Schema, Constraint } from './grammar';
+export { PieError } from './errors';
+export { Adapter, scheduling, mcp, McpSession } from './extras';
+export * as chat from './chat';
+export * as tools from './tools';
+
+/** @internal The component's `run` export: `request` is `{"entry", "input"}` as JSON; returns
+ * main's value as JSON, or throws the error text (the Error event). */
+export function __run(main: (input: any) => unknown, request: string): string {
+  if (typeof main !== 'function') throw 'the inferlet has no `export async function main(input)`';
+  const { input } = JSON.parse(request);
+  try {
+    const value = runMain(() => main(input));
+    return JSON.stringify(value === undefined ? null : value);
+  } catch (e) {
+    const err = asError(e);
+    throw err instanceof Error ? `${err.name}: ${err.message}` : `Error: ${String(err)}`;
+  }
+}
