@@ -79,7 +79,10 @@ def test_the_torch_backend_on_a_gguf_leaves_its_layout_and_no_float32_copy(pie, 
 
     if "torch" not in available_backends():
         pytest.skip("the torch backend is not installed")
+    from pie_backend_torch import native
+
     monkeypatch.setenv("PIE_TORCH_NATIVE", "0")  # torch's own kernels: no compiler needed
+    monkeypatch.setattr(native, "_state", {})  # and their absence is not remembered past this test
     for _ in range(2):  # the second load comes from the torch backend's store
         r = pie("run", "hello-world", "--backend", "torch", "--model", str(tiny_model), "--", "--name", "t")
         assert r.code == 0 and r.out.strip() == "hello t", r.err
