@@ -95,7 +95,7 @@ class NgramDrafter:
         drafts: list[int] = []
         if limit > 0 and self._pause == 0:
             drafts = self._lookup(history, min(limit, self.length))
-            if drafts and cost is not None:
+            if drafts and cost is not None and self.accepted + self.cut > 0:  # a first proposal probes
                 drafts = self._worth(drafts, cost, requests)
         self._pause = max(0, self._pause - 1)
         if drafts:
