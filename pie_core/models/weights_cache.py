@@ -17,6 +17,7 @@ once per file version and remembered by (device, inode, size, mtime) under
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import json
@@ -191,7 +192,10 @@ class WeightsCache:
 
         def allocate(name: str, shape: tuple[int, ...]) -> np.ndarray:
             file = f"{next(count):04d}.npy"
-            array = np.lib.format.open_memmap(tmp / file, mode="w+", dtype=np.float32, shape=shape)
+            array = _map_reserved(tmp / file, shape) if writer.error is None else None
+            if array is None:  # disk full: the weights are still produced, in memory
+                writer.fail(OSError(errno.ENOSPC, "no space to reserve", str(tmp / file)))
+                return np.empty(shape, dtype=np.float32)
             mapped[name] = (file, array)
             return array
 
@@ -241,9 +245,9 @@ def _transient(folder: Path, produce: Callable[[Allocator], Iterator[tuple[str, 
 
     def allocate(name: str, shape: tuple[int, ...]) -> np.ndarray:
         file = folder / f"{next(count):04d}.npy"
-        array = np.lib.format.open_memmap(file, mode="w+", dtype=np.float32, shape=shape)
-        file.unlink()
-        return array
+        array = _map_reserved(file, shape)
+        file.unlink(missing_ok=True)
+        return np.empty(shape, dtype=np.float32) if array is None else array
 
     try:
         for name, array in produce(allocate):
@@ -251,6 +255,28 @@ def _transient(folder: Path, produce: Callable[[Allocator], Iterator[tuple[str, 
             yield name, array
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _map_reserved(file: Path, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A writable float32 ``.npy`` memory map at ``file`` whose disk blocks are reserved, or
+    None (and no file) when the disk cannot hold it.
+
+    A fresh map is a sparse file: writing a page the disk has no room for kills the process
+    with SIGBUS instead of raising. Reserving every block first turns a full disk into an
+    ``OSError`` here, where the caller can fall back to memory.
+    """
+    array = np.lib.format.open_memmap(file, mode="w+", dtype=np.float32, shape=shape)
+    try:
+        fd = os.open(file, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    except OSError:
+        del array
+        file.unlink(missing_ok=True)
+        return None
+    return array
 
 
 class _Writer:
@@ -275,6 +301,11 @@ class _Writer:
 
     def put(self, file: str, array: np.ndarray) -> None:
         self._queue.put((file, array))
+
+    def fail(self, error: BaseException) -> None:
+        """Record ``error`` (the first one wins): the entry will not be committed."""
+        if self.error is None:
+            self.error = error
 
     def close(self) -> bool:
         """Wait for pending writes; returns whether all of them succeeded (see ``error``)."""

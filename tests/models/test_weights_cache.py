@@ -72,3 +72,47 @@ def test_clear_removes_everything(tmp_path: Path) -> None:
     cache = WeightsCache(tmp_path)
     list(cache.weights("k", _weights))
     assert cache.clear() > 0 and not cache.has("k")
+
+
+def _disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+
+
+def test_a_full_disk_warns_and_still_yields_every_weight(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Writing through a sparse memory map on a full disk is SIGBUS (CI died of it): the blocks
+    are reserved first, and a refusal turns into arrays in memory and no entry."""
+    _disk_full(monkeypatch)
+    cache = WeightsCache(tmp_path)
+    with pytest.warns(RuntimeWarning, match="not written"):
+        got = [(n, a.copy()) for n, a in cache.weights("k", _weights)]
+    assert [(n, a.tolist()) for n, a in got] == [(n, a.tolist()) for n, a in _weights()]
+    assert not cache.has("k")
+    assert not any(cache.root.iterdir())
+
+
+def test_a_full_disk_gives_transient_weights_in_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _disk_full(monkeypatch)
+    cache = WeightsCache(tmp_path)
+    got = list(cache.weights("k", _weights, keep=False))
+    assert [(n, a.tolist()) for n, a in got] == [(n, a.tolist()) for n, a in _weights()]
+    assert not any(isinstance(a, np.memmap) for _, a in got)
+    assert not any(cache.root.iterdir())
+
+
+def test_mapped_files_have_their_blocks_reserved(tmp_path: Path) -> None:
+    """No hole is left for a later page write to fault on."""
+    cache = WeightsCache(tmp_path)
+    holes = []
+
+    def produce(allocate: Allocator) -> Iterator[tuple[str, np.ndarray]]:
+        out = allocate("big", (1 << 20,))  # 4 MiB, not yet written
+        (file,) = next(cache.root.iterdir()).glob("*.npy")
+        holes.append(file.stat().st_blocks * 512 < file.stat().st_size)
+        out[:] = 1.0
+        yield "big", out
+
+    assert [n for n, _ in cache.weights("k", produce)] == ["big"]
+    assert holes == [False]
