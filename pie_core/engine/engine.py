@@ -16,6 +16,7 @@ from pie_core.engine.broker import Broker
 from pie_core.engine.placement import Demand, place
 from pie_core.errors import BackendError, InvalidInput, NotFound
 from pie_core.hookspec import BackendOptions, Capabilities
+from pie_core.kv.accounts import PageAccounts
 from pie_core.kv.context import KvContext
 from pie_core.kv.host_pool import HostPool
 from pie_core.kv.pool import PagePool
@@ -170,6 +171,7 @@ class Engine:
             for replica in loaded:
                 replica.worker.close()
             raise
+        PageAccounts.link([replica.pool.accounts for replica in loaded])  # one user, one page quota
         self.models[source.name] = loaded[0]
         self.replicas[source.name] = loaded
         return loaded[0]

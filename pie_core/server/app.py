@@ -240,6 +240,11 @@ class PieServer:
             pool_pages = model.pool.num_pages
             model.pool.accounts.limit_of = lambda user, n=pool_pages: quotas.for_user(user).pages_of(n)
             model.market.ledger.budget_of = lambda user: quotas.for_user(user).credits_of()
+        for replicas in self.engine.replicas.values():  # one quota bounds a user's pages on all replicas together
+            if len(replicas) > 1:
+                total = sum(r.pool.num_pages for r in replicas)
+                for model in replicas:
+                    model.pool.accounts.total_limit_of = lambda user, n=total: quotas.for_user(user).pages_of(n)
         self.engine.snapshots.limit_of = lambda user: quotas.for_user(user).snapshots or None
         self.engine.adapters.limit_of = lambda user: quotas.for_user(user).adapter_bytes or None
         self.engine.broker.limits_of = lambda user: quotas.for_user(user).messaging()

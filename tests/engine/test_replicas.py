@@ -125,6 +125,34 @@ def test_launched_inferlets_spread_over_the_replicas_by_load(engine):
     assert asyncio.run(scenario()) == [0, 0, 1, 1]
 
 
+def test_a_page_quota_bounds_a_user_on_all_replicas_together(engine):
+    """A quota of N pages is N pages with any number of replicas (the server sets
+    ``total_limit_of``); each pool still has its own bound."""
+    from pie_core.errors import OutOfPages
+    from pie_core.kv.context import KvContext
+
+    r0, r1 = engine.replicas[_name(engine)]
+    for r in (r0, r1):
+        r.pool.accounts.limit_of = lambda user: 6
+        r.pool.accounts.total_limit_of = lambda user: 8
+    a = KvContext(r0.pool, r0.pool.accounts.of("mallory"))
+    b = KvContext(r1.pool, r1.pool.accounts.of("mallory"))
+    other = KvContext(r1.pool, r1.pool.accounts.of("alice"))
+    try:
+        a.reserve(5)
+        with pytest.raises(OutOfPages, match="holds 5 of its 8 KV pages across the model's 2 replicas"):
+            b.reserve(4)
+        assert r1.pool.accounts.held_by("mallory") == 5 and r1.pool.accounts.of("mallory").held == 0
+        b.reserve(3)
+        with pytest.raises(OutOfPages, match="holds 5 of its 6 KV pages and needs 2 more"):
+            a.reserve(2)
+        other.reserve(6)  # another user's pages do not count against mallory's
+    finally:
+        for ctx in (a, b, other):
+            ctx.release()
+    assert r0.pool.accounts.held_by("mallory") == 0
+
+
 def test_forks_and_snapshots_stay_on_their_replica(engine):
     r0, r1 = engine.replicas[_name(engine)]
     r0.bound += 1

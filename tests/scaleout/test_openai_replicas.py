@@ -58,7 +58,8 @@ def test_a_completion_goes_to_the_replica_holding_its_prompt_prefix():
             text = prometheus_text(server)
             for replica in (0, 1):
                 assert f'pie_batches_total{{model="{model}",replica="{replica}"}}' in text
-            assert r1.pool.accounts.limit_of is not None, "the users' page quotas bound every replica's pool"
+            assert r1.pool.accounts.limit_of is not None and r1.pool.accounts.total_limit_of is not None, \
+                "the users' page quotas bound every replica's pool, and all of them together"
             return hits, len(r0.pool.cache), len(demand.keys)
         finally:
             await server.close()
