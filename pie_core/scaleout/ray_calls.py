@@ -61,13 +61,27 @@ class RayCalls(BackendCalls):
         try:
             return ray.get(ref, timeout=timeout)
         except ray.exceptions.RayActorError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BackendError(f"the Ray actor of {self._what} is gone ({first})") from None
+            raise BackendError(_gone(self._what, exc)) from None
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, Exception):
                 raise cause from None
             raise
+
+    def ready(self, timeout: float) -> tuple[str, str, int]:
+        """Wait until the actor has started: Pie's version, the host and the process id there.
+
+        Raises:
+            BackendError: It did not start in ``timeout`` seconds, or failed to (one line).
+        """
+        self._check("ready")
+        ray = import_ray()
+        try:
+            return cast(tuple[str, str, int], self._get(self._actor.ready.remote(), timeout=timeout))
+        except ray.exceptions.GetTimeoutError:
+            raise BackendError(f"{self._what}: its Ray actor did not start in {timeout:.0f} s; the cluster has no "
+                               "free GPU or CPU for it ('ray status' shows what is free): add a node or serve "
+                               "fewer replicas") from None
 
     def info(self) -> BackendInfo:
         self._check("info")
@@ -153,12 +167,7 @@ def start_ray_replica(backend: str, what: str, model: str, config: str | None, o
     actor = remote.remote(backend)
     worker = BackendWorker(None, calls=lambda thread: RayCalls(actor, thread, what))
     try:
-        try:
-            version, host, pid = ray.get(actor.ready.remote(), timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            need = "a GPU" if options.device.startswith("cuda") else "a CPU"
-            raise BackendError(f"{what}: its Ray actor did not start in {timeout:.0f} s; the cluster has no free {need} "
-                               "for it ('ray status' shows what is free): add a node or serve fewer replicas") from None
+        version, host, pid = worker.call(lambda calls: cast(RayCalls, calls).ready(timeout))
         if version != __version__:
             raise BackendError(f"{what}: the Ray node {host} runs pie-engine {version}, this engine {__version__}; "
                                "install the same version on every node")
@@ -171,3 +180,12 @@ def start_ray_replica(backend: str, what: str, model: str, config: str | None, o
         raise
     return worker, caps
 
+
+
+def _gone(what: str, exc: Exception) -> str:
+    """One line for an actor that died: Ray's message is many (a creation task's traceback ends
+    with the exception the actor raised while starting)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    if getattr(exc, "actor_init_failed", False):
+        return f"the Ray actor of {what} failed to start: {lines[-1]}"
+    return f"the Ray actor of {what} is gone ({lines[0]})"

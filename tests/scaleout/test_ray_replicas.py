@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 import pytest
 import ray
@@ -23,7 +24,9 @@ from pie_core.engine.events import Event
 from pie_core.hookspec import BackendOptions
 from pie_core.runtime.instance import run_inferlet
 from pie_core.runtime.manifest import load_manifest
-from pie_core.scaleout.ray_calls import RayCalls
+from pie_core.errors import BackendError
+from pie_core.hookspec import CopyKind
+from pie_core.scaleout.ray_calls import RayCalls, start_ray_replica
 from pie_core.server import Authenticator, PieServer, ServerOptions
 from pie_core.server.openai_placement import demand_of
 
@@ -107,6 +110,44 @@ def test_an_example_answers_on_two_ray_replicas_as_in_process(tiny: Path):
             ray.get(_actor(replica).ready.remote(), timeout=30)
     assert [e.kind for e in expected] == ["return", "return"] and got == expected
     assert all(e.value for e in got)
+
+
+def test_every_backend_call_reaches_the_actor_and_its_errors_come_back_as_raised(tiny: Path):
+    engine = Engine("cpu", options=OPTIONS, ray="")
+    (replica,) = engine.replicas[engine.load(str(tiny)).name]
+
+    def use(calls: BackendCalls) -> tuple[Any, ...]:
+        calls.adapter_create(7, 2, 2.0)  # the engine's id: the actor maps it onto a slot
+        zero = calls.adapter_save(7)
+        calls.adapter_zo(7, 0.5, np.array([11], np.int64), np.array([1.0], np.float32))
+        moved = calls.adapter_save(7)
+        calls.adapter_load(7, zero, 2.0)
+        back = calls.adapter_save(7)
+        calls.adapter_destroy(7)
+        calls.copy_pages(CopyKind.DEVICE_TO_HOST, np.array([0], np.int32), np.array([0], np.int32))
+        return calls.info(), zero, moved, back
+
+    try:
+        info, zero, moved, back = replica.worker.call(use)
+        assert info.name == "cpu" and zero
+        assert any(not np.array_equal(zero[k], moved[k]) for k in zero) and all(np.array_equal(zero[k], back[k]) for k in zero)
+        with pytest.raises(BackendError, match="no adapter with id 7"):
+            replica.worker.call(lambda calls: calls.adapter_save(7))  # the backend's own error, not Ray's wrapper
+        with pytest.raises(RuntimeError, match="worker's thread"):
+            replica.worker._calls.info()  # off the worker's thread, as for a local backend
+    finally:
+        asyncio.run(engine.close())
+
+
+def test_an_actor_that_cannot_start_is_one_line(tiny: Path):
+    from pie_core.models.registry import resolve_model
+
+    source = resolve_model(str(tiny))
+    with pytest.raises(BackendError) as caught:
+        start_ray_replica("no-such-backend", "replica 0 of 'tiny'", str(tiny), None, OPTIONS, source.spec)
+    message = str(caught.value)
+    assert "the Ray actor of replica 0 of 'tiny' failed to start" in message and "no-such-backend" in message, message
+    assert "\n" not in message
 
 
 def test_placement_follows_the_prompt_prefix_across_ray_replicas(tiny: Path):
