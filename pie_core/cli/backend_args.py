@@ -60,7 +60,10 @@ class EngineOptions:
 
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """Add ``--dtype``, the repeatable ``--backend-option``, ``--kv-pages`` and ``--host-pages`` to a command."""
+    """Add ``--device``, ``--dtype``, the repeatable ``--backend-option``, ``--kv-pages`` and ``--host-pages`` to a command."""
+    p.add_argument("--device", default="cpu",
+                   help="where the backend computes: cpu (default), cuda (with replicas: replica i on cuda:i, or "
+                   "one GPU each under pie serve --ray), cuda:N")
     p.add_argument("--dtype", default="auto", help="weights and activations: auto (the backend's best), float32, bfloat16, float16")
     p.add_argument(
         "--backend-option",
@@ -107,7 +110,7 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
                                  f"host pages; 0 turns offload off, {HOST_PAGES_BACKEND_DEFAULT} keeps the backend's")
         if host_pages == HOST_PAGES_BACKEND_DEFAULT:
             host_pages = None
-    backend = BackendOptions(dtype=args.dtype, extra=extra, page_size=page_size, kv_pages=kv_pages,
+    backend = BackendOptions(device=str(getattr(args, "device", "cpu")), dtype=args.dtype, extra=extra, page_size=page_size, kv_pages=kv_pages,
                              kv_memory_bytes=kv_memory)
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)

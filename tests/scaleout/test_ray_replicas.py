@@ -276,3 +276,20 @@ def test_ray_comes_from_the_flags_else_engine_ray(flags: list[str], key: str, ex
     options = engine_options(args, doc)
     assert options.ray == expected
     assert options.engine_kwargs().get("ray") == expected
+
+
+def test_a_cuda_replica_asks_ray_for_one_gpu_and_a_cpu_replica_for_one_cpu():
+    import argparse
+
+    import tomlkit
+
+    from pie_core.cli import serve
+    from pie_core.cli.backend_args import engine_options
+    from pie_core.scaleout.ray_calls import actor_resources
+
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    options = engine_options(parser.parse_args(["serve", "--ray", "--device", "cuda"]), tomlkit.parse(""))
+    assert options.backend.device == "cuda"
+    assert actor_resources(options.backend.device) == {"num_gpus": 1}
+    assert actor_resources("cuda:1") == {"num_gpus": 1} and actor_resources("cpu") == {"num_cpus": 1}
