@@ -168,6 +168,7 @@ class Engine:
             NotFound: No model of that name.
             InvalidInput: The backend refused an option or a weight (its ``ValueError``).
             ValueError: ``replicas`` < 1.
+            BackendError: On Ray, an actor did not start, failed to, or runs another Pie.
         """
         from pie_core.models.registry import resolve_model
 
@@ -177,36 +178,33 @@ class Engine:
         source = resolve_model(name, self.config)
         if source.name in self.models:
             return self.models[source.name]
-        loaded: list[LoadedModel] = []
-        try:
-            for index in range(count):
-                loaded.append(self._load_replica(source, index, count, progress))
-        except BaseException:
-            for replica in loaded:
-                replica.worker.close()
-            raise
+        if self.ray is not None:  # every actor starts and reads the model at once
+            started = self._start_on_ray(source, count)
+            loaded = [self._replica(source, index, worker, caps) for index, (worker, caps) in enumerate(started)]
+        else:
+            loaded = []
+            try:
+                for index in range(count):
+                    worker, caps = self._start_here(source, index, count, progress)
+                    loaded.append(self._replica(source, index, worker, caps))
+            except BaseException:
+                for replica in loaded:
+                    replica.worker.close()
+                raise
         self.models[source.name] = loaded[0]
         self.replicas[source.name] = loaded
         return loaded[0]
 
-    def _load_replica(self, source: Any, index: int, count: int, progress: Progress | None) -> LoadedModel:
-        """Load ``source`` on a new backend worker: replica ``index`` of ``count``."""
-        if self.ray is not None:
-            worker, caps = self._start_on_ray(source, index)
-        else:
-            worker, caps = self._start_here(source, index, count, progress)
-        return self._replica(source, index, worker, caps)
-
-    def _start_on_ray(self, source: Any, index: int) -> tuple[BackendWorker, Capabilities]:
-        """A worker whose backend is a Ray actor that read ``source`` by its name."""
+    def _start_on_ray(self, source: Any, count: int) -> list[tuple[BackendWorker, Capabilities]]:
+        """``count`` workers, each over a Ray actor that read ``source`` by its name."""
         import tomlkit
 
         from pie_core import config as pie_config
-        from pie_core.scaleout.ray_calls import start_ray_replica
+        from pie_core.scaleout.ray_calls import start_ray_replicas
 
         text = tomlkit.dumps(self.config if self.config is not None else pie_config.load_config())
-        return start_ray_replica(self.backend, f"replica {index} of {source.name!r}", source.name, text,
-                                 self.options, source.spec)
+        whats = [f"replica {index} of {source.name!r}" for index in range(count)]
+        return start_ray_replicas(self.backend, whats, source.name, text, self.options, source.spec)
 
     def _start_here(self, source: Any, index: int, count: int,
                     progress: Progress | None) -> tuple[BackendWorker, Capabilities]:

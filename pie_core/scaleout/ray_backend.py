@@ -63,7 +63,7 @@ class BackendActor:
         from pie_core.models.registry import resolve_model
 
         source = resolve_model(model, tomlkit.parse(config) if config is not None else None)
-        keep = not self.info().keeps_derived_weights  # as Engine._load_replica decides
+        keep = not self.info().keeps_derived_weights  # as Engine._start_here decides
         weights = source.weights(keep=keep)
         options = dataclasses.replace(options, weights_key=source.cache_key)
         caps = self._worker.call(lambda calls: calls.load_model(source.spec, weights, options))

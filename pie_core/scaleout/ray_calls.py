@@ -1,5 +1,6 @@
 """The engine's side of a replica on Ray: :class:`RayCalls`, the typed backend calls sent to the
-replica's actor, and :func:`start_ray_replica`, which starts the actor and loads the model there.
+replica's actor, and :func:`start_ray_replicas`, which starts a model's actors and loads the
+model in each.
 
 Each call is ``ray.get(actor.method.remote(...))`` made on the replica's
 :class:`~pie_core.backend.BackendWorker` thread, so the event loop never waits on the network and
@@ -9,6 +10,8 @@ the worker, the batcher, page copies and adapter operations are the ones a local
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import numpy as np
@@ -21,7 +24,7 @@ from pie_core.models.spec import ModelSpec
 from pie_core.scaleout.ray_backend import BackendActor, Loaded
 from pie_core.scaleout.ray_cluster import import_ray
 
-__all__ = ["RayCalls", "START_TIMEOUT_S", "actor_resources", "start_ray_replica"]
+__all__ = ["RayCalls", "START_TIMEOUT_S", "actor_resources", "start_ray_replicas"]
 
 START_TIMEOUT_S = 120.0
 """How long an actor may take to be scheduled and start (Python and the backend's imports)."""
@@ -139,47 +142,64 @@ class RayCalls(BackendCalls):
             ray.kill(self._actor)
 
 
-def start_ray_replica(backend: str, what: str, model: str, config: str | None, options: BackendOptions,
-                      spec: ModelSpec, timeout: float = START_TIMEOUT_S) -> tuple[BackendWorker, Capabilities]:
-    """Start an actor for one replica on the connected Ray cluster and load ``model`` in it.
+def start_ray_replicas(backend: str, whats: Sequence[str], model: str, config: str | None, options: BackendOptions,
+                       spec: ModelSpec, timeout: float = START_TIMEOUT_S) -> list[tuple[BackendWorker, Capabilities]]:
+    """Start one actor per replica on the connected Ray cluster and load ``model`` in each, all at
+    once (each actor reads the model on its own machine, so N loads take the time of one).
 
     Args:
-        backend: The backend's name, bound in the actor.
-        what: The replica, for messages (``replica 1 of 'qwen'``).
-        model: The model's name, resolved in the actor as the engine resolved it.
-        config: The engine's configuration as TOML text (None: the actor's machine's own).
-        options: The backend options; a CUDA device is the actor's one GPU (``cuda``).
+        backend: The backend's name, bound in each actor.
+        whats: The replicas, for messages (``replica 1 of 'qwen'``), one per actor.
+        model: The model's name, resolved in each actor as the engine resolved it.
+        config: The engine's configuration as TOML text (None: each actor's machine's own).
+        options: The backend options; a CUDA device is each actor's one GPU (``cuda``).
         spec: The spec the engine resolved ``model`` to.
-        timeout: Seconds the actor may take to be scheduled and start.
+        timeout: Seconds an actor may take to be scheduled and start.
 
     Returns:
-        A worker whose calls reach the actor, and the loaded backend's capabilities.
+        Per replica, a worker whose calls reach its actor and the loaded backend's capabilities.
 
     Raises:
-        BackendError: The actor did not start in time (no free GPU or CPU in the cluster), or
-            runs another version of Pie.
+        BackendError: An actor did not start in time (no free GPU or CPU in the cluster), failed
+            to, or runs another version of Pie (the first replica's error; every actor is
+            stopped).
         InvalidInput: The backend refused an option or a weight, or the name is another model there.
     """
     ray = import_ray()
     if options.device.startswith("cuda"):
-        options = dataclasses.replace(options, device="cuda")  # Ray gives the actor one GPU, as cuda:0
+        options = dataclasses.replace(options, device="cuda")  # Ray gives each actor one GPU, as cuda:0
     remote = ray.remote(BackendActor).options(max_concurrency=1, **actor_resources(options.device))
-    actor = remote.remote(backend)
-    worker = BackendWorker(None, calls=lambda thread: RayCalls(actor, thread, what))
+    workers: list[BackendWorker] = []
     try:
-        version, host, pid = worker.call(lambda calls: cast(RayCalls, calls).ready(timeout))
-        if version != __version__:
-            raise BackendError(f"{what}: the Ray node {host} runs pie-engine {version}, this engine {__version__}; "
-                               "install the same version on every node")
-        try:
-            caps = worker.call(lambda calls: cast(RayCalls, calls).load_named(model, config, options, spec))
-        except ValueError as exc:
-            raise InvalidInput(f"backend {backend!r} cannot load {model} on Ray node {host} (pid {pid}): {exc}") from exc
+        for what in whats:
+            actor = remote.remote(backend)  # scheduled now; started in parallel
+            workers.append(BackendWorker(None, calls=_calls_to(actor, what)))
+        with ThreadPoolExecutor(max_workers=max(1, len(workers)), thread_name_prefix="pie-ray-start") as pool:
+            loads = [pool.submit(_load, worker, what, backend, model, config, options, spec, timeout)
+                     for worker, what in zip(workers, whats)]
+            return [(worker, load.result()) for worker, load in zip(workers, loads)]
     except BaseException:
-        worker.close(wait=False)
+        for worker in workers:
+            worker.close(wait=False)
         raise
-    return worker, caps
 
+
+def _calls_to(actor: Any, what: str) -> Callable[[int], BackendCalls]:
+    return lambda thread: RayCalls(actor, thread, what)
+
+
+def _load(worker: BackendWorker, what: str, backend: str, model: str, config: str | None, options: BackendOptions,
+          spec: ModelSpec, timeout: float) -> Capabilities:
+    """Wait for a replica's actor to start, check its version, load the model there."""
+    version, host, pid = worker.call(lambda calls: cast(RayCalls, calls).ready(timeout))
+    if version != __version__:
+        raise BackendError(f"{what}: the Ray node {host} runs pie-engine {version}, this engine {__version__}; "
+                           "install the same version on every node")
+    try:
+        return worker.call(lambda calls: cast(RayCalls, calls).load_named(model, config, options, spec))
+    except ValueError as exc:
+        raise InvalidInput(f"backend {backend!r} cannot load {model} for {what} on Ray node {host} (pid {pid}): "
+                           f"{exc}") from exc
 
 
 def _gone(what: str, exc: Exception) -> str:
