@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from pie_core.errors import Unsupported
+from pie_core.errors import InvalidInput, Unsupported
 
 __all__ = ["LOCAL", "MISSING_RAY", "LOCAL_OBJECT_STORE_BYTES", "connect", "import_ray"]
 
@@ -47,6 +47,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
 
     Raises:
         Unsupported: Ray is not installed.
+        InvalidInput: No Ray cluster answers at ``address``.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -56,5 +57,10 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         ray.init(address=LOCAL, num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                  include_dashboard=False, log_to_driver=False, configure_logging=False)
     else:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (SystemExit, ConnectionError) as exc:  # Ray exits (code 15) when no GCS answers at the address
+            raise InvalidInput(f"cannot join the Ray cluster at {address!r} ({type(exc).__name__} {exc}): is it "
+                               "running? 'ray status' on its head node says; or leave out --ray-address and "
+                               "RAY_ADDRESS to start a Ray here") from None
     return True

@@ -307,3 +307,16 @@ def test_a_cuda_replica_asks_ray_for_one_gpu_and_a_cpu_replica_for_one_cpu():
     assert options.backend.device == "cuda"
     assert actor_resources(options.backend.device) == {"num_gpus": 1}
     assert actor_resources("cuda:1") == {"num_gpus": 1} and actor_resources("cpu") == {"num_cpus": 1}
+
+
+def test_a_ray_address_where_no_cluster_answers_is_one_line(monkeypatch: pytest.MonkeyPatch):
+    from pie_core.errors import InvalidInput
+    from pie_core.scaleout.ray_cluster import connect
+
+    def no_cluster(**_: Any) -> None:
+        raise SystemExit(15)  # what ray.init does after ~40 s without an answer from the address
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    with pytest.raises(InvalidInput, match="cannot join the Ray cluster at 'head:6379'.*is it running"):
+        connect("head:6379")
