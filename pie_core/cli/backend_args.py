@@ -47,8 +47,8 @@ class EngineOptions:
     (``RAY_ADDRESS``, else a local Ray), else ``engine.ray``; None keeps backends in-process."""
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` and
-        ``replicas`` only when set)."""
+        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages``,
+        ``replicas`` and ``ray`` only when set)."""
         kwargs: dict[str, Any] = {"options": self.backend}
         if self.host_pages is not None:
             kwargs["host_pages"] = self.host_pages
@@ -110,8 +110,8 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
                                  f"host pages; 0 turns offload off, {HOST_PAGES_BACKEND_DEFAULT} keeps the backend's")
         if host_pages == HOST_PAGES_BACKEND_DEFAULT:
             host_pages = None
-    backend = BackendOptions(device=str(getattr(args, "device", "cpu")), dtype=args.dtype, extra=extra, page_size=page_size, kv_pages=kv_pages,
-                             kv_memory_bytes=kv_memory)
+    backend = BackendOptions(device=str(getattr(args, "device", "cpu")), dtype=args.dtype, extra=extra,
+                             page_size=page_size, kv_pages=kv_pages, kv_memory_bytes=kv_memory)
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)
     if getattr(args, "replicas", None) is not None:
