@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "engine.kv_pages": 0,
     "engine.host_pages": -1,
     "engine.replicas": 1,
+    "engine.ray": "off",
 }
 
 _DEFAULT_TEXT = '''\

@@ -115,6 +115,11 @@ class BackendCalls:
         self._check("adapter_zo")
         self._slots().zo(adapter_id, sigma, seeds, coefficients)
 
+    def close(self) -> None:
+        """Release what these calls reach, on any thread, once the worker's thread stopped:
+        nothing for a backend in this process (it lives as long as its plugin manager); a proxy
+        to one in another process stops it there."""
+
     def _slots(self) -> AdapterSlots:
         if self.adapters is None:
             raise BackendError("no model is loaded: adapters come after load_model")

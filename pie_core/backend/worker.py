@@ -55,14 +55,25 @@ class BackendWorker:
 
     Args:
         pm: The bound backend (:func:`pie_core.plugins.bind_backend`). The worker is the only
-            caller of its hooks from now on; hook wrappers may still be registered on it.
+            caller of its hooks from now on; hook wrappers may still be registered on it. None
+            when ``calls`` reaches a backend elsewhere.
+        calls: Makes the typed calls, given the identifier of the worker's thread (default:
+            :class:`BackendCalls` over ``pm``): a proxy whose methods reach a backend in another
+            process, e.g. a Ray actor (:mod:`pie_core.scaleout`). The worker runs it as it would
+            the local calls, on its one thread, and closes it in :meth:`close`.
     """
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager | None,
+                 calls: Callable[[int], BackendCalls] | None = None) -> None:
+        if calls is None:
+            if pm is None:
+                raise ValueError("a backend worker needs a bound backend (pm) or a calls factory")
+            local = pm
+            calls = lambda thread: BackendCalls(local, thread)  # noqa: E731
         self._pm = pm
         self._executor = backend_thread()
         ident: int = self._executor.submit(threading.get_ident).result()
-        self._calls = BackendCalls(pm, ident)
+        self._calls = calls(ident)
         self._copies: list[_Copy] = []
         self._ops: list[_Op] = []
         self._listener: Callable[[asyncio.AbstractEventLoop], None] | None = None
@@ -83,16 +94,26 @@ class BackendWorker:
         return self._calls._thread
 
     def register(self, plugin: object) -> None:
-        """Add a plugin beside the backend: a hook wrapper for metrics, tracing or fault injection."""
-        self._pm.register(plugin)
+        """Add a plugin beside the backend: a hook wrapper for metrics, tracing or fault injection.
+
+        Raises:
+            RuntimeError: The backend is in another process (its wrappers register there).
+        """
+        self._local_pm().register(plugin)
 
     def unregister(self, plugin: object) -> None:
         """Remove a plugin added by :meth:`register`."""
-        self._pm.unregister(plugin)
+        self._local_pm().unregister(plugin)
 
     def plugins(self) -> list[object]:
-        """The backend's plugin objects (the backend itself and any wrappers)."""
-        return list(self._pm.get_plugins())
+        """The backend's plugin objects (the backend itself and any wrappers); none when the
+        backend is in another process."""
+        return list(self._pm.get_plugins()) if self._pm is not None else []
+
+    def _local_pm(self) -> pluggy.PluginManager:
+        if self._pm is None:
+            raise RuntimeError("this worker's backend runs in another process: register hook wrappers there")
+        return self._pm
 
     def call(self, fn: Callable[[BackendCalls], T]) -> T:
         """Run ``fn(calls)`` on the backend thread now (after whatever it runs) and wait for it.
@@ -187,9 +208,13 @@ class BackendWorker:
         self._ops.clear()
 
     def close(self, wait: bool = True) -> None:
-        """Stop the thread once the work sent to it ran; with ``wait``, wait for that (idempotent)."""
+        """Stop the thread once the work sent to it ran; with ``wait``, wait for that, then
+        release what the calls reach (:meth:`BackendCalls.close`). Idempotent."""
+        first = not self._closed
         self._closed = True
         self._executor.shutdown(wait=wait)
+        if first:
+            self._calls.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -42,20 +42,28 @@ class EngineOptions:
     (the engine's :func:`~pie_core.engine.engine.default_backend_name`)."""
     replicas: int = 1
     """Replicas per model: ``--replicas`` (``pie serve``), else ``engine.replicas``."""
+    ray: str | None = None
+    """Replicas on Ray (``Engine(ray=...)``): ``--ray-address``, else ``""`` under ``--ray``
+    (``RAY_ADDRESS``, else a local Ray), else ``engine.ray``; None keeps backends in-process."""
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages`` and
-        ``replicas`` only when set)."""
+        """Keyword arguments for :class:`~pie_core.engine.engine.Engine` (``host_pages``,
+        ``replicas`` and ``ray`` only when set)."""
         kwargs: dict[str, Any] = {"options": self.backend}
         if self.host_pages is not None:
             kwargs["host_pages"] = self.host_pages
         if self.replicas != 1:
             kwargs["replicas"] = self.replicas
+        if self.ray is not None:
+            kwargs["ray"] = self.ray
         return kwargs
 
 
 def add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """Add ``--dtype``, the repeatable ``--backend-option``, ``--kv-pages`` and ``--host-pages`` to a command."""
+    """Add ``--device``, ``--dtype``, the repeatable ``--backend-option``, ``--kv-pages`` and ``--host-pages`` to a command."""
+    p.add_argument("--device", default="cpu",
+                   help="where the backend computes: cpu (default), cuda (with replicas: replica i on cuda:i, or "
+                   "one GPU each under pie serve --ray), cuda:N")
     p.add_argument("--dtype", default="auto", help="weights and activations: auto (the backend's best), float32, bfloat16, float16")
     p.add_argument(
         "--backend-option",
@@ -74,7 +82,7 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
 
 def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) -> EngineOptions:
     """The options the flags ask for, with ``engine.default_backend``, ``engine.page_size``,
-    ``engine.kv_memory``, ``engine.kv_pages``, ``engine.host_pages`` and ``engine.replicas`` from the configuration
+    ``engine.kv_memory``, ``engine.kv_pages``, ``engine.host_pages``, ``engine.replicas`` and ``engine.ray`` from the configuration
     where no flag is given (``--dummy`` picks the dummy backend whatever the configuration says).
 
     Args:
@@ -84,6 +92,7 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
     Raises:
         InvalidInput: A ``--backend-option`` is not ``KEY=VALUE``, or a flag or key is out of
             range or not a number (the message names it).
+        Unsupported: Replicas on Ray are asked for and Ray is not installed.
     """
     doc = doc if doc is not None else config.load_config()
     extra = parse_backend_options(args.backend_option)
@@ -101,15 +110,42 @@ def engine_options(args: argparse.Namespace, doc: TOMLDocument | None = None) ->
                                  f"host pages; 0 turns offload off, {HOST_PAGES_BACKEND_DEFAULT} keeps the backend's")
         if host_pages == HOST_PAGES_BACKEND_DEFAULT:
             host_pages = None
-    backend = BackendOptions(dtype=args.dtype, extra=extra, page_size=page_size, kv_pages=kv_pages,
-                             kv_memory_bytes=kv_memory)
+    backend = BackendOptions(device=str(getattr(args, "device", "cpu")), dtype=args.dtype, extra=extra,
+                             page_size=page_size, kv_pages=kv_pages, kv_memory_bytes=kv_memory)
     if host_pages:  # the backend's host_pages 0 means "its default", so 0 (no offload) stays with the core
         backend = dataclasses.replace(backend, host_pages=host_pages)
     if getattr(args, "replicas", None) is not None:
         replicas = _flag_int("--replicas", args.replicas, 1, "replicas per model")
     else:
         replicas = _config_int(doc, "engine.replicas", 1, "replicas per model (data parallel)")
-    return EngineOptions(backend=backend, host_pages=host_pages, backend_name=_backend_name(args, doc), replicas=replicas)
+    return EngineOptions(backend=backend, host_pages=host_pages, backend_name=_backend_name(args, doc), replicas=replicas,
+                         ray=_ray(args, doc))
+
+
+def _ray(args: argparse.Namespace, doc: TOMLDocument) -> str | None:
+    """Where replicas run: ``--ray-address``, ``--ray``, else ``engine.ray`` ("off", "on", or an
+    address). Checks that Ray is installed when it is asked for.
+
+    Raises:
+        InvalidInput: ``engine.ray`` is not a string.
+        Unsupported: Ray is asked for and not installed.
+    """
+    address = getattr(args, "ray_address", None)
+    if address is not None:
+        chosen: str | None = str(address)
+    elif getattr(args, "ray", False):
+        chosen = ""
+    else:
+        value = config.get("engine.ray", doc)
+        if not isinstance(value, str):
+            raise InvalidInput(f"config engine.ray = {value!r}: expected 'off', 'on' or a Ray address; "
+                               "fix it with 'pie config set engine.ray off'")
+        chosen = None if value.strip().lower() in ("", "off") else "" if value.strip().lower() == "on" else value.strip()
+    if chosen is not None:
+        from pie_core.scaleout.ray_cluster import import_ray
+
+        import_ray()  # a missing package stops us before anything loads
+    return chosen
 
 
 def _backend_name(args: argparse.Namespace, doc: TOMLDocument) -> str | None:

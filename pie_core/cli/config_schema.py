@@ -120,6 +120,13 @@ def _origins(text: str, doc: TOMLDocument) -> list[str]:
     return value
 
 
+def _ray_setting(text: str, doc: TOMLDocument) -> str:
+    value = _string(text).strip()
+    if not value:
+        raise _Bad()
+    return value.lower() if value.lower() in ("on", "off") else value
+
+
 def _model(text: str, doc: TOMLDocument) -> str:
     from pie_core.models.registry import check_model_name
 
@@ -163,6 +170,8 @@ SETTINGS: dict[str, Setting] = {s.key: s for s in (
             "host pages suspended contexts are offloaded to; 0 is none, -1 the backend's default"),
     Setting("engine.replicas", "a whole number >= 1", _whole(1),
             "replicas of each model the engine loads, each its own backend, KV pool and batcher (pie serve --replicas)"),
+    Setting("engine.ray", "'off', 'on', or a Ray address such as 'auto' or 'ray://head:10001'", _ray_setting,
+            "run each replica's backend in a Ray actor (pie serve --ray): 'on' joins RAY_ADDRESS or starts a local Ray"),
     Setting("model.<name>.path", "an existing .gguf file or Hugging Face folder", _model_path,
             "where the model <name> is; a relative path is stored absolute"),
     Setting("model.<name>.format", "'gguf' or 'hf'", _model_format, "the checkpoint format, guessed from the path when unset"),

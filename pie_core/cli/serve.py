@@ -44,6 +44,12 @@ def register(sub: Any) -> None:
                    help="serve each model from N replicas (data parallel), each a backend instance with its own "
                    "KV pool and batcher; requests go to the replica with room, their cached prompt prefix, "
                    "and the least load (default: engine.replicas, or 1)")
+    p.add_argument("--ray", action="store_true",
+                   help="run each replica's backend in a Ray actor, in its own process, on any machine of a Ray "
+                   "cluster (RAY_ADDRESS, else a Ray started here); placement and KV pages stay in this engine "
+                   "(default: engine.ray; needs pip install 'pie-engine[ray]')")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="the Ray cluster for --ray, e.g. auto, head:6379 or ray://head:10001 (implies --ray)")
     p.add_argument("--isolation", choices=["auto", "wasm", "process", "inprocess"], default="auto",
                    help="wasm: each inferlet in a WebAssembly sandbox (no files but its scratch directory, no "
                    "sockets, no processes); process: each in its own worker process; inprocess: a task in the "
@@ -55,7 +61,8 @@ def register(sub: Any) -> None:
 def _replicas_note(engine: Any) -> str:
     """`` × N replicas`` when the engine serves each model from several, else nothing."""
     n = int(getattr(engine, "num_replicas", 1))
-    return f" × {n} replicas" if n > 1 else ""
+    on_ray = " on Ray" if getattr(engine, "ray", None) is not None else ""
+    return f" × {n} replicas{on_ray}" if n > 1 else on_ray
 
 
 def _isolation(choice: str) -> str:

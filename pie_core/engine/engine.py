@@ -4,7 +4,7 @@ and batcher; inferlets are placed on a replica when they first use the model."""
 from __future__ import annotations
 
 import dataclasses
-
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -105,6 +105,7 @@ class Engine:
         host_pages: int | None = None,
         endowment: float = DEFAULT_ENDOWMENT,
         replicas: int = 1,
+        ray: str | None = None,
     ) -> None:
         """
         Args:
@@ -117,6 +118,13 @@ class Engine:
             endowment: Credits each inferlet starts with in a model's KV-page market.
             replicas: Backend instances per loaded model (data parallel), each with its own
                 worker thread, page pools, batcher and market.
+            ray: Run each replica's backend in a Ray actor (:mod:`pie_core.scaleout`): a Ray
+                cluster's address, ``"local"`` to start a Ray on this machine, or ``""`` for
+                ``RAY_ADDRESS`` else local; a process already connected to Ray keeps its
+                connection. None (the default): every backend runs in this process.
+
+        Raises:
+            Unsupported: ``ray`` is set and Ray is not installed.
         """
         if host_pages is not None and host_pages < 0:
             raise ValueError(f"host_pages must be >= 0, got {host_pages}")
@@ -139,6 +147,13 @@ class Engine:
         self.mcp = McpRegistry(config)  # MCP servers: configured ones start on first connect
         if self.backend not in available_backends():
             bind_backend(self.backend)  # raises NotFound listing the installed backends
+        self.ray = ray
+        self._ray_joined = False  # this engine connected to Ray (it disconnects in close)
+        if ray is not None:
+            from pie_core.scaleout.ray_cluster import connect
+
+            cpu_replicas = 0 if self.options.device.startswith("cuda") else replicas
+            self._ray_joined = connect(ray or None, num_cpus=max(os.cpu_count() or 1, cpu_replicas))
 
     def load(self, name: str | None = None, progress: Progress | None = None, *,
              replicas: int | None = None) -> LoadedModel:
@@ -154,6 +169,7 @@ class Engine:
             NotFound: No model of that name.
             InvalidInput: The backend refused an option or a weight (its ``ValueError``).
             ValueError: ``replicas`` < 1.
+            BackendError: On Ray, an actor did not start, failed to, or runs another Pie.
         """
         from pie_core.models.registry import resolve_model
 
@@ -163,21 +179,38 @@ class Engine:
         source = resolve_model(name, self.config)
         if source.name in self.models:
             return self.models[source.name]
-        loaded: list[LoadedModel] = []
-        try:
-            for index in range(count):
-                loaded.append(self._load_replica(source, index, count, progress))
-        except BaseException:
-            for replica in loaded:
-                replica.worker.close()
-            raise
+        if self.ray is not None:  # every actor starts and reads the model at once
+            started = self._start_on_ray(source, count)
+            loaded = [self._replica(source, index, worker, caps) for index, (worker, caps) in enumerate(started)]
+        else:
+            loaded = []
+            try:
+                for index in range(count):
+                    worker, caps = self._start_here(source, index, count, progress)
+                    loaded.append(self._replica(source, index, worker, caps))
+            except BaseException:
+                for replica in loaded:
+                    replica.worker.close()
+                raise
         PageAccounts.link([replica.pool.accounts for replica in loaded])  # one user, one page quota
         self.models[source.name] = loaded[0]
         self.replicas[source.name] = loaded
         return loaded[0]
 
-    def _load_replica(self, source: Any, index: int, count: int, progress: Progress | None) -> LoadedModel:
-        """Load ``source`` on a new backend worker: replica ``index`` of ``count``."""
+    def _start_on_ray(self, source: Any, count: int) -> list[tuple[BackendWorker, Capabilities]]:
+        """``count`` workers, each over a Ray actor that read ``source`` by its name."""
+        import tomlkit
+
+        from pie_core import config as pie_config
+        from pie_core.scaleout.ray_calls import start_ray_replicas
+
+        text = tomlkit.dumps(self.config if self.config is not None else pie_config.load_config())
+        whats = [f"replica {index} of {source.name!r}" for index in range(count)]
+        return start_ray_replicas(self.backend, whats, source.name, text, self.options, source.spec)
+
+    def _start_here(self, source: Any, index: int, count: int,
+                    progress: Progress | None) -> tuple[BackendWorker, Capabilities]:
+        """A worker over the backend bound in this process, with ``source`` loaded."""
         # The load runs on the thread the batches will (see pie_core.backend.backend_thread).
         worker = BackendWorker(bind_backend(self.backend))
         try:
@@ -192,6 +225,10 @@ class Engine:
             if isinstance(exc, ValueError):  # the hook's documented refusal: an option or a weight it cannot take
                 raise InvalidInput(f"backend {self.backend!r} cannot load {source.name}: {exc}") from exc
             raise
+        return worker, caps
+
+    def _replica(self, source: Any, index: int, worker: BackendWorker, caps: Capabilities) -> LoadedModel:
+        """Replica ``index`` of ``source`` over a loaded worker: its pools, batcher and market."""
         pool = PagePool(caps.num_pages, caps.page_size)
         host = HostPool(caps.num_host_pages if self.host_pages is None else min(self.host_pages, caps.num_host_pages))
         markets: list[Market] = []
@@ -268,5 +305,10 @@ class Engine:
 
     async def close(self) -> None:
         for model in self.all_replicas():
-            await model.batcher.close()
+            await model.batcher.close()  # a replica on Ray: its actor is killed
         await self.mcp.close()
+        if self._ray_joined:
+            from pie_core.scaleout.ray_cluster import import_ray
+
+            import_ray().shutdown()
+            self._ray_joined = False
