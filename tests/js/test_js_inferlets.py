@@ -239,3 +239,11 @@ def test_a_static_logit_mask_matches_the_python_sdk_and_an_adapter_runs(engine: 
     assert want.kind == "return" and final == want, (final, want)
     assert all(1000 <= t < 1050 for t in want.value["masked"]) and len(want.value["adapted"]) == 6
     # a new adapter is all zeros, so "adapted" shows only that a pass with an adapter runs
+
+
+def test_the_guest_gets_the_values_its_generated_host_types_say(engine: Engine, launcher: WasmLauncher) -> None:
+    """sdk/javascript/src/host maps jco's guest types to componentize-qjs's values: u64 is a
+    number, a list of u32 an array, bytes a Uint8Array, option none null."""
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "host-values"), {})
+    assert final == Event("return", {"u64": "number", "listU32": "array", "listU8": "Uint8Array",
+                                     "optionNone": "null", "pollIndices": "array"}), final

@@ -3,6 +3,7 @@ import context from 'pie:inferlet/context@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import type { Probe, Sampler } from './sampler';
+import type { ProbeSpec, SampleSpec } from 'pie:inferlet/types@0.1.0';
 
 export interface SampleHandle { readonly rows: number[] }
 export interface ProbeHandle { readonly row: number; readonly kind: string }
@@ -60,8 +61,8 @@ export class Forward {
   private positions: number[] = [];
   private masks: number[][] | null = null;
   private logitMask: number[] | null = null;
-  private samples: object[] = [];
-  private probes: object[] = [];
+  private samples: SampleSpec[] = [];
+  private probes: ProbeSpec[] = [];
   private adapterHandle: any = null;
   private zo = 0;
   private ahead = 0;
@@ -99,7 +100,7 @@ export class Forward {
     const rows: number[] = [];
     for (const i of typeof indices === 'number' ? [indices] : indices) {
       rows.push(this.samples.length);
-      const spec: any = sampler.spec(i);
+      const spec = sampler.spec(i);
       if (mask !== null) spec.logitMask = mask;
       this.samples.push(spec);
     }

@@ -1,4 +1,5 @@
 // The inferlet SDK for JavaScript and TypeScript: `import { ... } from 'inferlet'`.
+/// <reference path="./host/inferlet.d.ts" preserve="true" />
 import { installLoop, runMain } from './loop';
 import { asError } from './errors';
 
