@@ -207,10 +207,13 @@ def test_a_js_inferlet_run_in_process_ends_with_where_it_runs(engine: Engine) ->
     assert final.kind == "error" and "runs only in the wasm sandbox" in final.value, final
 
 
-def test_a_js_guest_reaches_no_file_outside_its_scratch_directory(engine: Engine, launcher: WasmLauncher) -> None:
+def test_a_js_guest_reaches_no_file_outside_its_scratch_directory_and_sees_its_own_paths(engine: Engine, launcher: WasmLauncher) -> None:
     final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "escape"), {})
     assert final.kind == "return", final
-    assert final.value["inside"].endswith("notes/a.txt")
+    value = final.value
+    assert (value["inside"], value["dir"]) == ("/scratch/notes/a.txt", "/scratch"), value  # the guest's paths
+    assert (value["sdkPath"], value["sdkDir"], value["sdkEscape"]) == (
+        "/scratch/notes/b.txt", "/scratch", "refused: invalid-input"), value
     assert final.value["../../etc/passwd"].startswith("refused: ") and final.value["/etc/passwd"].startswith("refused: ")
     # and WASI's filesystem is out of reach: a static import does not bundle (above), a computed
     # one is a native promise that never settles in the sandbox

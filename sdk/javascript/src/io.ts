@@ -10,6 +10,12 @@ export const runtime = {
   version: (): string => h(() => hostRuntime.version()),
   instanceId: (): string => h(() => hostRuntime.instanceId()),
   username: (): string => h(() => hostRuntime.username()),
+  /** The user's private scratch directory as this inferlet sees it (`/scratch`); files there
+   * outlive the run (a Pie for Python addition). */
+  scratchDir: (): string => h(() => hostRuntime.scratchDir()),
+  /** The path of `relative` inside the scratch directory, as this inferlet sees it (parent
+   * folders created). Throws PieError invalid-input for an absolute path or one that leaves it. */
+  scratchPath: (relative: string): string => h(() => hostRuntime.scratchPath(relative)),
   /** Run inferlet `name` with `args` as the same user; its return value. */
   spawn: (name: string, args?: object): Promise<unknown> => {
     const call = h(() => hostRuntime.spawn(name, args === undefined ? null : JSON.stringify(args)));
