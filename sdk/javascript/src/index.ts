@@ -5,6 +5,13 @@ import { asError } from './errors';
 
 installLoop(); // before any other module makes a promise (see loop.ts)
 
+declare global {
+  /** Run `handler` once `timeout` ms passed (the SDK's timer: the wait is in the host). */
+  function setTimeout(handler: (...args: any[]) => void, timeout?: number, ...args: any[]): number;
+  /** Cancel a `setTimeout` timer. */
+  function clearTimeout(id: number | undefined): void;
+}
+
 export { Model, Tokenizer } from './model';
 export { Context } from './context';
 export { Forward, Output } from './forward';
