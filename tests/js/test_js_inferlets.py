@@ -6,6 +6,7 @@ by content hash, so a second session builds nothing)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -250,3 +251,59 @@ def test_the_guest_gets_the_values_its_generated_host_types_say(engine: Engine, 
     final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "host-values"), {})
     assert final == Event("return", {"u64": "number", "listU32": "array", "listU8": "Uint8Array",
                                      "optionNone": "null", "pollIndices": "array"}), final
+
+
+@pytest.mark.parametrize("mode", ["chat", "text"])
+def test_agent_react_ts_returns_what_the_python_twin_does(engine: Engine, launcher: WasmLauncher, mode: str) -> None:
+    args = {"turns": 3, "max_tokens": 12, "tool_delay_s": 0.02, "mode": mode}
+    py_final, _ = _inproc(engine, load_manifest(EXAMPLES / "agent-react"), args)
+    js_final, _ = _run(engine, launcher, load_manifest(EXAMPLES / "agent-react-ts"), args)
+    assert py_final.kind == "return" and js_final.kind == "return", (py_final, js_final)
+    assert js_final.value == json.loads(json.dumps(py_final.value))  # as the client gets it (tuples are lists)
+    assert py_final.value["turns"] == 3 and all("observation" in turn for turn in py_final.value["log"])
+    assert engine.pools_whole(), "the agent left KV pages allocated"
+
+
+_REACT_TEXTS = [
+    "Thought: find it.\nAction: search[Eiffel Tower]\nAction: lookup[ 1889 ]\nAction: search[statue of liberty]",
+    "Action: Lookup[completed]", "Action: finish[3 years]", "Action:\u2003SEARCH[new  york\u3000city]",
+    "😀 no action here,\x1cjust\u2029words \u00a0 and more words than sixty characters in a row, 😀 emoji", "",
+    "Action: unknown[x]", "Action: search[paris kv]", "Action: search[zzz]", "Action: lookup[]",
+]
+
+
+def test_agent_react_ts_protocol_matches_react_py(cache: Path, launcher: WasmLauncher, tmp_path: Path) -> None:
+    """react.ts parses actions, runs tools and words observations as react.py does, on texts the
+    dummy model never writes (actions, lookups, finish, Python's whitespace, code points)."""
+    import subprocess
+    import sys
+
+    from pie_core.runtime.wasm import js_build
+
+    sys.path.insert(0, str(EXAMPLES / "agent-react"))
+    try:
+        import react
+    finally:
+        sys.path.pop(0)
+    esbuild = js_build._toolchain(cache) / "node_modules" / ".bin" / "esbuild"
+    bundle = tmp_path / "react.mjs"
+    subprocess.run([str(esbuild), str(EXAMPLES / "agent-react-ts" / "react.ts"), "--bundle", "--format=esm",
+                    "--platform=node", f"--outfile={bundle}", "--log-level=error"], check=True, timeout=60)
+    script = ("const r = await import(process.argv[1]); const out = [];"
+              "for (const t of JSON.parse(process.argv[2])) { const tools = new r.Tools(0); const calls = r.actions(t, 2);"
+              "  out.push([calls, r.finished(calls), r.observation(await tools.run(calls)), r.search(t)]); }"
+              "console.log(JSON.stringify(out));")
+    done = subprocess.run(["node", "--input-type=module", "-e", script, bundle.as_uri(), json.dumps(_REACT_TEXTS)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    async def python_side() -> list[Any]:
+        out = []
+        for text in _REACT_TEXTS:
+            tools, calls = react.Tools(0), react.actions(text, 2)
+            out.append([calls, react.finished(calls), react.observation(await tools.run(calls)), react.search(text)])
+        return out
+
+    want = json.loads(json.dumps(asyncio.run(python_side())))
+    assert json.loads(done.stdout) == want
+    assert any("lookup" in str(row[0]) and "1889" in row[2] for row in want)  # the texts reach every tool
