@@ -307,3 +307,29 @@ def test_agent_react_ts_protocol_matches_react_py(cache: Path, launcher: WasmLau
     want = json.loads(json.dumps(asyncio.run(python_side())))
     assert json.loads(done.stdout) == want
     assert any("lookup" in str(row[0]) and "1889" in row[2] for row in want)  # the texts reach every tool
+
+
+def test_decoders_tools_speculation_horizon_and_zo_match_the_python_sdk(engine: Engine, launcher: WasmLauncher) -> None:
+    """reasoning.Decoder, tools.Decoder/parseCall, ctx.equipTools/answerTool, a Speculator
+    (draft/accept/rollback), systemSpeculation, horizon and zo give what the Python SDK gives."""
+    from pie_core.runtime import host_api
+
+    def horizons() -> int:
+        return host_api.CALLS[("scheduling", "set_horizon")]
+
+    before = horizons()
+    want, _ = _inproc(engine, load_manifest(PROGRAMS / "gaps-py"), {})
+    py_horizons, before = horizons() - before, horizons()
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "gaps"), {})
+    assert want.kind == "return", want
+    assert final.kind == "return", final
+    assert final.value == json.loads(json.dumps(want.value))
+    value = want.value
+    assert [e["type"] for e in value["reasoning"]].count("end") == 2 and value["reasoningBatch"]["type"] == "end"
+    assert value["toolEvents"][-1] == {"type": "call", "name": "weather", "args": '{"city": "Paris"}'}, value["toolEvents"]
+    assert [t for step in value["speculator"][0] for t in step] == value["reference"] == value["system"][0]
+    assert any(call[0] == "rollback" for call in value["speculator"][1]) and value["both"] is True
+    plain, sped, calls = value["grammar"]
+    assert plain == sped == value["grammarSystem"] and any(c[0] == "rollback" for c in calls), value["grammar"]
+    assert horizons() - before == py_horizons > 0  # the market hears the same horizons
+    assert engine.pools_whole()

@@ -5,6 +5,7 @@ and its public declarations type-check the TypeScript examples."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -71,10 +72,10 @@ def test_the_host_types_are_what_wit_generates(tmp_path: Path) -> None:
     assert "export function forward(ctx: Context, tokens: number[]" in generated["interfaces/pie-inferlet-inference.d.ts"]
 
 
-def test_the_ts_examples_type_check_against_the_sdks_public_declarations(tmp_path: Path) -> None:
+def _public_declarations(tsc: Path, tmp_path: Path) -> Path:
     """What ``import ... from 'inferlet'`` gives an author: the SDK's declarations
-    (``tsc --declaration --stripInternal``) and the generated host types, no SDK sources."""
-    tsc = _tsc()
+    (``tsc --declaration --stripInternal``) and the generated host types, no SDK sources; the
+    path of its ``index.d.ts``."""
     pkg = tmp_path / "inferlet"
     shutil.copytree(js_build.SDK_DIR / "src", pkg / "src")
     (pkg / "tsconfig.json").write_text(json.dumps({
@@ -86,22 +87,75 @@ def test_the_ts_examples_type_check_against_the_sdks_public_declarations(tmp_pat
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for source in (pkg / "src").glob("*.ts"):
         source.unlink()  # only the declarations and src/host (the host types) are left
-    assert TS_EXAMPLES
-    (tmp_path / "tsconfig.json").write_text(json.dumps({
+    return pkg / "types" / "index.d.ts"
+
+
+def _type_check(tsc: Path, declarations: Path, files: list[Path]) -> subprocess.CompletedProcess[str]:
+    """``tsc --noEmit --strict`` on ``files``, with ``inferlet`` resolving to ``declarations``."""
+    config = files[0].parent / "tsconfig.check.json"
+    config.write_text(json.dumps({
         "compilerOptions": {"target": "ES2022", "module": "ESNext", "moduleResolution": "Bundler", "strict": True,
                             "noEmit": True, "types": [], "lib": ["ES2022", "ESNext.Disposable", "ESNext.AsyncIterable"],
-                            "paths": {"inferlet": [str(pkg / "types" / "index.d.ts")]}},
-        "files": [str(p) for p in TS_EXAMPLES]}))
-    done = subprocess.run(["node", str(tsc), "-p", str(tmp_path / "tsconfig.json")], capture_output=True, text=True,
-                          timeout=300)
+                            "paths": {"inferlet": [str(declarations)]}},
+        "files": [str(p) for p in files]}))
+    try:
+        return subprocess.run(["node", str(tsc), "-p", str(config)], capture_output=True, text=True, timeout=300)
+    finally:
+        config.unlink()
+
+
+def test_the_ts_examples_type_check_against_the_sdks_public_declarations(tmp_path: Path) -> None:
+    tsc = _tsc()
+    declarations = _public_declarations(tsc, tmp_path)
+    assert TS_EXAMPLES
+    done = _type_check(tsc, declarations, TS_EXAMPLES)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     # and a misuse is a type error, not silently `any`
     bad = tmp_path / "bad.ts"
     bad.write_text("import { Model, Sampler } from 'inferlet';\n"
                    "export const s: Sampler = Sampler.topP('hot');\nModel.load(3);\n")
-    config = json.loads((tmp_path / "tsconfig.json").read_text())
-    config["files"] = [str(bad)]
-    (tmp_path / "tsconfig.json").write_text(json.dumps(config))
-    done = subprocess.run(["node", str(tsc), "-p", str(tmp_path / "tsconfig.json")], capture_output=True, text=True,
-                          timeout=300)
+    done = _type_check(tsc, declarations, [bad])
     assert done.returncode != 0 and done.stdout.count("error TS2345") == 2, done.stdout[-2000:]
+
+
+REFERENCE = js_build.SDK_DIR / "reference.txt"  # Pie's JS reference (sdk-javascript-reference.txt), as given
+# the reference's shorthand for an instance of each class
+_INSTANCES = {"a": "Adapter", "ctx": "Context", "fwd": "Forward", "g": "Generator", "m": "Matcher", "out": "Output",
+              "s": "McpSession", "step": "GenStep", "sub": "Subscription", "tk": "Tokenizer"}
+
+
+def _reference_surface(text: str) -> str:
+    """A TypeScript file that names every export, namespace member, static and instance member
+    and generate option the reference lists: it type-checks only if the SDK has them all."""
+    values, types = set(), {"GenerateOptions"}
+    for kind, names in re.findall(r"import\s+(type\s+)?\{([^}]*)\}\s*from\s*'inferlet'", text):
+        (types if kind else values).update(n.strip() for n in names.split(",") if n.strip())
+    lines = [f"import {{ {', '.join(sorted(values))} }} from 'inferlet';",
+             f"import type {{ {', '.join(sorted(types))} }} from 'inferlet';"]
+    spaces = set(re.findall(r"\b(chat|reasoning|tools|runtime|scheduling|session|messaging|mcp)\.([A-Za-z]\w*)", text))
+    spaces |= {("tools", "Decoder")}  # "all three [decoders] follow the same shape"
+    lines += [f"void {ns}.{name};" for ns, name in sorted(spaces)]
+    statics = set(re.findall(r"\b(Model|Context|Sampler|Adapter|Grammar|GrammarConstraint)\.([a-z]\w*)\(", text))
+    lines += [f"void {cls}.{name};" for cls, name in sorted(statics)]
+    members = set(re.findall(r"(?<![\w.])(" + "|".join(_INSTANCES) + r"|dec)\.([a-zA-Z]\w*)", text))
+    for i, (var, name) in enumerate(sorted(members)):
+        owners = ([_INSTANCES[var]] if var != "dec"
+                  else [f"InstanceType<typeof {ns}.Decoder>" for ns in ("chat", "reasoning", "tools")])
+        lines += [f"type _m{i}_{j} = {owner}['{name}'];" for j, owner in enumerate(owners)]
+    options = text.split("GenerateOptions", 1)[1].split("speculator and systemSpeculation are mutually exclusive")[0]
+    lines += [f"type _o{i} = GenerateOptions['{name}'];"
+              for i, name in enumerate(re.findall(r"^(\w+) \| ", options, re.M))]
+    assert len(lines) > 120, "the reference's surface was not found: has its layout changed?"
+    return "\n".join(lines) + "\nexport {};\n"
+
+
+def test_the_sdk_exports_every_name_the_js_reference_lists(tmp_path: Path) -> None:
+    """Every name of the JS reference (exports, ``chat.``/``tools.``/... members,
+    statics, instance members, GenerateOptions fields) exists in the SDK's public declarations."""
+    text = REFERENCE.read_text()
+    tsc = _tsc()
+    surface = tmp_path / "surface.ts"
+    surface.write_text(_reference_surface(text))
+    done = _type_check(tsc, _public_declarations(tsc, tmp_path), [surface])
+    missing = re.findall(r"error TS\d+: (.*)", done.stdout)
+    assert done.returncode == 0 and not missing, "\n".join(missing[:40]) or done.stdout[-2000:]

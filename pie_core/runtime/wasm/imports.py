@@ -187,8 +187,8 @@ class Guest:
         (until it ends, the instance is cancelled or its wall-time limit passes)."""
         try:
             self.check_running()
+            host_api.CALLS[module, name] += 1  # here for both kinds: host_api.invoke counts nothing
             if is_any_thread(fn):
-                host_api.CALLS[module, name] += 1
                 host_api.check_arguments(fn, f"{module}.{name}", tuple(args))
                 value = fn(*args)
                 if module == "runtime" and name in ("scratch_dir", "scratch_path"):

@@ -1,6 +1,7 @@
 import context from 'pie:inferlet/context@0.1.0';
 import hostModel from 'pie:inferlet/model@0.1.0';
 import scheduling from 'pie:inferlet/scheduling@0.1.0';
+import hostTools from 'pie:inferlet/tools@0.1.0';
 import { h } from './errors';
 import { Forward, Kv, settled } from './forward';
 import { Generator, GenerateOptions } from './generator';
@@ -66,6 +67,20 @@ export class Context implements Disposable {
   user(text: string): this { return this.append(h(() => hostModel.chatUser(this.chat, text))); }
   assistant(text: string): this { return this.append(h(() => hostModel.chatAssistant(this.chat, text))); }
   cue(): this { return this.append(h(() => hostModel.chatCue(this.chat))); }
+  /** List tools for the model as its chat template does; call it before the first message.
+   * `schemas`: one JSON Schema per tool, objects or JSON text (see `tools.equipPrefix`);
+   * `system`: text to go with them (default: the template's own). */
+  equipTools(schemas: Iterable<object | string>, system?: string): this {
+    const list = Array.from(schemas, (x) => (typeof x === 'string' ? JSON.parse(x) : x));
+    const normal = h(() => hostTools.normalize(JSON.stringify(list)));
+    return this.append(h(() => hostModel.chatEquip(this.chat, normal, system ?? null)));
+  }
+  /** Add a turn carrying tool `name`'s result (a string, or an object/array: JSON-encoded). Qwen's
+   * template writes consecutive results as one turn: they wait in the conversation until the
+   * next message or cue. */
+  answerTool(name: string, value: unknown): this {
+    return this.append(h(() => hostModel.chatAnswer(this.chat, name, JSON.stringify(value))));
+  }
   seal(): this { return this.append(h(() => hostModel.chatSeal(this.chat))); }
   append(tokens: Iterable<number>): this {
     for (const t of tokens) this.pending.push(t);

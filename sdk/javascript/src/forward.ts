@@ -1,11 +1,15 @@
 import inference from 'pie:inferlet/inference@0.1.0';
 import context from 'pie:inferlet/context@0.1.0';
+import speculation from 'pie:inferlet/speculation@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import type { Probe, Sampler } from './sampler';
 import type { ProbeSpec, SampleSpec } from 'pie:inferlet/types@0.1.0';
 
 export interface SampleHandle { readonly rows: number[] }
+
+/** The most drafts one pass verifies. */
+export const DRAFTS_PER_PASS = 64;
 export interface ProbeHandle { readonly row: number; readonly kind: string }
 
 /** What the SDK knows of a context's KV cache: its handle, its length as the SDK changed it, an
@@ -66,6 +70,7 @@ export class Forward {
   private adapterHandle: any = null;
   private zo = 0;
   private ahead = 0;
+  private drafts = 0;
   private stopTokens: number[] = [];
   private readonly start: number;
 
@@ -79,6 +84,7 @@ export class Forward {
   /** Input rows so far. */
   get size(): number { return this.tokens.length; }
   input(tokens: Iterable<number>): this {
+    this.noDraftsYet('input');
     const base = this.start + this.tokens.length;
     const list = Array.from(tokens);
     for (let i = 0; i < list.length; i++) { this.tokens.push(list[i]); this.positions.push(base + i); }
@@ -87,9 +93,34 @@ export class Forward {
   inputAt(tokens: Iterable<number>, positions: Iterable<number>): this {
     const t = Array.from(tokens), p = Array.from(positions);
     if (t.length !== p.length) throw new RangeError(`inputAt got ${t.length} tokens and ${p.length} positions`);
+    this.noDraftsYet('inputAt');
     this.tokens.push(...t);
     this.positions.push(...p);
     return this;
+  }
+  /** Add speculative draft tokens after the inputs, positions continuing. The pass verifies
+   * them in one go: sample the row before each draft and the last draft
+   * (`fwd.sample(range(n - 1, n + k), sampler)` for n inputs and k drafts). The context keeps
+   * the longest run of drafts each equal to the token sampled at the row before it and drops the
+   * rest; `out.raw.draftsKept` says how many. At most DRAFTS_PER_PASS (64) drafts a pass. */
+  draft(tokens: Iterable<number>): this {
+    const list = Array.from(tokens);
+    if (this.drafts + list.length > DRAFTS_PER_PASS) {
+      throw new RangeError(`a pass verifies at most ${DRAFTS_PER_PASS} drafts (DRAFTS_PER_PASS), got `
+        + `${this.drafts + list.length}: draft fewer tokens per step`);
+    }
+    const base = this.start + this.tokens.length;
+    list.forEach((t, i) => { this.tokens.push(t); this.positions.push(base + i); });
+    this.drafts += list.length;
+    return this;
+  }
+  /** Up to `limit` (at most 8) tokens the runtime's n-gram drafter expects after this pass's
+   * inputs, from the context's own tokens; often none. For `draft`. */
+  systemDrafts(limit: number): number[] {
+    return h(() => speculation.systemDraft(settled(this.kv), this.tokens, limit));
+  }
+  private noDraftsYet(what: string): void {
+    if (this.drafts) throw new Error(`fwd.${what}() after fwd.draft(): drafts come after every other input`);
   }
   attentionMask(masks: Iterable<Iterable<number>>): this { this.masks = Array.from(masks, (m) => Array.from(m)); return this; }
   mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
@@ -120,10 +151,10 @@ export class Forward {
     const handle = settled(kv);
     kv.epoch++;
     const call = h(() => inference.forward(handle, this.tokens, this.positions, this.masks, this.logitMask,
-      this.samples, this.probes, 0, this.adapterHandle, this.zo, this.ahead, this.stopTokens));
-    const n = this.tokens.length;
+      this.samples, this.probes, this.drafts, this.adapterHandle, this.zo, this.ahead, this.stopTokens));
+    const n = this.tokens.length - this.drafts;
     return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw: any) => {
-      kv.length += n;
+      kv.length += n + raw.draftsKept;
       return new Output(raw);
     }, (e) => { if (this.onFail) this.onFail(); throw e; });
   }

@@ -24,9 +24,13 @@ export { runtime, session, messaging, Subscription } from './io';
 export { Grammar, GrammarConstraint, Matcher, jsonSchema, anyJson, regex, ebnf, grammar } from './grammar';
 export type { Schema, Constraint } from './grammar';
 export { PieError } from './errors';
-export { Adapter, scheduling, mcp, McpSession } from './extras';
+export { Adapter, Scheduled, scheduling, mcp, McpSession } from './extras';
+export type { Speculator } from './spec';
+export { DRAFTS_PER_PASS } from './forward';
 export * as chat from './chat';
+export * as reasoning from './reasoning';
 export * as tools from './tools';
+export * as zo from './zo';
 
 /** @internal The component's `run` export: `request` is `{"entry", "input"}` as JSON; returns
  * main's value as JSON, or throws the error text (the Error event). */
