@@ -261,12 +261,12 @@ export class GenStep {
       return this.fold(new Output(raw), loop.handle, true, [], []);
     }
     gen.loop = null;
-    const n = pending.length;
-    if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
-    const row = (i: number) => (i < 0 ? n + i : i);
     const rules = this.gen.rules;
     if (rules !== null) await rules.ready(); // compile and mask first: a dead end runs nothing
     const mask = rules === null ? null : rules.mask();
+    const n = pending.length;
+    if (n === 0) throw new Error('the generator has no token to run: append tokens or a prompt first');
+    const row = (i: number) => (i < 0 ? n + i : i);
     gen.announce(kv, kv.length);
     // drafts before the pass takes the buffer: a speculator sees the step's input in ctx.buffer()
     const room = this.sampleIt && this.probes.length === 0 ? gen.draftRoom() : 0;
