@@ -1,7 +1,7 @@
 import hostAdapter from 'pie:inferlet/adapter@0.1.0';
 import hostMcp from 'pie:inferlet/mcp@0.1.0';
 import hostScheduling from 'pie:inferlet/scheduling@0.1.0';
-import type { Adapter as HostAdapter } from 'pie:inferlet/types@0.1.0';
+import type { Adapter as HostAdapter, McpSession as HostMcpSession } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall } from './loop';
 import type { Context } from './context';
@@ -58,7 +58,8 @@ const json = (c: number, finish: (c: number) => string) => hostCall(c, (n) => fi
 
 /** A session with one MCP server; results are the raw JSON-RPC result objects as JSON text. */
 export class McpSession {
-  constructor(private readonly handle: any) {}
+  /** @internal use `mcp.connect` */
+  constructor(private readonly handle: HostMcpSession) {}
   get serverName(): string { return h(() => hostMcp.serverName(this.handle)); }
   listTools(): Promise<string> { return json(h(() => hostMcp.listTools(this.handle)), (c) => h(() => hostMcp.listToolsResult(c))) as any; }
   callTool(name: string, args?: object | string): Promise<string> {

@@ -4,7 +4,7 @@ import speculation from 'pie:inferlet/speculation@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import type { Probe, Sampler } from './sampler';
-import type { ProbeSpec, SampleSpec } from 'pie:inferlet/types@0.1.0';
+import type { Adapter as HostAdapter, Context as HostContext, ProbeSpec, ProbeValue, RequestOutput, SampleSpec } from 'pie:inferlet/types@0.1.0';
 
 export interface SampleHandle { readonly rows: number[] }
 
@@ -15,11 +15,11 @@ export interface ProbeHandle { readonly row: number; readonly kind: string }
 /** What the SDK knows of a context's KV cache: its handle, its length as the SDK changed it, an
  * epoch bumped by every pass and change, and passes of a decode loop the engine ran ahead
  * (`inference.forward-next`) taken but not handed out yet. */
-export interface Kv { handle: any; length: number; released: boolean; epoch: number; ahead: any[] }
+export interface Kv { handle: HostContext; length: number; released: boolean; epoch: number; ahead: RequestOutput[] }
 
 /** The handle holding exactly `kv.length` tokens: passes the engine ran ahead that were never
  * handed out are truncated first (their decode loop ends). */
-export function settled(kv: Kv): any {
+export function settled(kv: Kv): HostContext {
   if (kv.released) throw new Error('this context was released; create a new Context');
   if (kv.ahead.length) {
     const n = kv.ahead.length;
@@ -32,7 +32,8 @@ export function settled(kv: Kv): any {
 
 /** A forward pass's results. */
 export class Output {
-  constructor(readonly raw: { tokens: number[][]; probes: { tag: string; val: any }[]; draftsKept: number },
+  /** `raw`: the pass's WIT `request-output` (tokens per sample row, values per probe, drafts kept). */
+  constructor(readonly raw: RequestOutput,
               readonly tokens: Uint32Array = new Uint32Array(), readonly autoSampler?: SampleHandle) {}
   token(hd: SampleHandle): number | undefined {
     return hd.rows.length === 1 && hd.rows[0] < this.raw.tokens.length ? this.raw.tokens[hd.rows[0]][0] : undefined;
@@ -40,9 +41,9 @@ export class Output {
   tokensAt(hd: SampleHandle): Uint32Array {
     return Uint32Array.from(hd.rows.flatMap((r) => this.raw.tokens[r] ?? []));
   }
-  private probeValue(hd: ProbeHandle, kind: string): any {
+  private probeValue<K extends ProbeValue['tag']>(hd: ProbeHandle, kind: K): Extract<ProbeValue, { tag: K }>['val'] | undefined {
     const p = this.raw.probes[hd.row];
-    return p !== undefined && p.tag === kind && hd.kind === kind ? p.val : undefined;
+    return p !== undefined && p.tag === kind && hd.kind === kind ? (p as Extract<ProbeValue, { tag: K }>).val as any : undefined;
   }
   distribution(hd: ProbeHandle): [Uint32Array, Float32Array] | undefined {
     const v = this.probeValue(hd, 'distribution');
@@ -67,7 +68,7 @@ export class Forward {
   private logitMask: number[] | null = null;
   private samples: SampleSpec[] = [];
   private probes: ProbeSpec[] = [];
-  private adapterHandle: any = null;
+  private adapterHandle: HostAdapter | null = null;
   private zo = 0;
   private ahead = 0;
   private drafts = 0;
@@ -124,7 +125,7 @@ export class Forward {
   }
   attentionMask(masks: Iterable<Iterable<number>>): this { this.masks = Array.from(masks, (m) => Array.from(m)); return this; }
   mask(brle: Iterable<number>): this { this.logitMask = Array.from(brle); return this; }
-  adapter(a: { readonly handle: any } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
+  adapter(a: { readonly handle: HostAdapter } | null): this { this.adapterHandle = a === null ? null : a.handle; return this; }
   zoSeed(seed: number): this { this.zo = seed; return this; }
   /** Sample input rows `indices`; `mask` (packed, 8 tokens a byte) limits them to its tokens. */
   sample(indices: Iterable<number> | number, sampler: Sampler, mask: Uint8Array | null = null): SampleHandle {
@@ -153,7 +154,7 @@ export class Forward {
     const call = h(() => inference.forward(handle, this.tokens, this.positions, this.masks, this.logitMask,
       this.samples, this.probes, this.drafts, this.adapterHandle, this.zo, this.ahead, this.stopTokens));
     const n = this.tokens.length - this.drafts;
-    return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw: any) => {
+    return hostCall(call, (c) => h(() => inference.forwardResult(c))).then((raw) => {
       kv.length += n + raw.draftsKept;
       return new Output(raw);
     }, (e) => { if (this.onFail) this.onFail(); throw e; });

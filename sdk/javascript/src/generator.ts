@@ -11,6 +11,7 @@ import type { Probe, Sampler } from './sampler';
 import { Decoder } from './chat';
 import { ConstraintSet, anyJson, jsonSchema } from './grammar';
 import type { Speculator } from './spec';
+import type { Adapter as HostAdapter, RequestOutput } from 'pie:inferlet/types@0.1.0';
 
 /** Drafts verified per step (a speculator's further drafts count as not kept). */
 const MAX_DRAFTS = 16;
@@ -29,7 +30,7 @@ export interface GenerateOptions {
   /** A static BRLE mask applied every step (composes with constrain). */
   logitMask?: Iterable<number>;
   /** A LoRA adapter for every step. */
-  adapter?: { readonly handle: any } | null;
+  adapter?: { readonly handle: HostAdapter } | null;
   /** Evolution Strategies seed for every forward pass. */
   zoSeed?: number;
   /** The output length you expect: it feeds the KV-page market's default bid; unlike maxTokens
@@ -55,7 +56,7 @@ export class Generator implements AsyncIterable<GenStep> {
   /** @internal */ eachStep: [number, Probe][] = [];
   /** @internal */ rules: ConstraintSet | null = null;
   /** @internal bumped whenever the steps' pass would change */ config = 0;
-  /** @internal */ adapterOpt: { readonly handle: any } | null = null;
+  /** @internal */ adapterOpt: { readonly handle: HostAdapter } | null = null;
   /** @internal */ zo = 0;
   /** @internal */ speculator: Speculator | null;
   /** @internal */ systemSpeculation: boolean;
@@ -94,7 +95,7 @@ export class Generator implements AsyncIterable<GenStep> {
     return this;
   }
   /** Apply a LoRA adapter on every step (null = base weights). */
-  adapter(a: { readonly handle: any } | null): this { this.config++; this.adapterOpt = a; return this; }
+  adapter(a: { readonly handle: HostAdapter } | null): this { this.config++; this.adapterOpt = a; return this; }
   /** Run every step with the adapter perturbed by zo seed `seed`. */
   zoSeed(seed: number): this { this.config++; this.zo = seed; return this; }
   /** Hint the expected output length (see the class doc); it never stops generation. */
@@ -242,12 +243,12 @@ export class GenStep {
       // the decode loop goes on: the engine has usually run this pass already
       gen.announce(kv, kv.length);
       pending.length = 0;
-      let raw: any;
+      let raw: RequestOutput;
       if (kv.ahead.length) {
-        raw = kv.ahead.shift();
+        raw = kv.ahead.shift()!;
       } else {
         try {
-          const got: any[] = await hostCall(h(() => inference.forwardNext(kv.handle)), (c) => h(() => inference.forwardNextResult(c)));
+          const got = await hostCall(h(() => inference.forwardNext(kv.handle)), (c) => h(() => inference.forwardNextResult(c)));
           raw = got[0];
           kv.ahead.push(...got.slice(1));
         } catch (e) {

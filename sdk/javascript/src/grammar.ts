@@ -1,4 +1,5 @@
 import hostGrammar from 'pie:inferlet/grammar@0.1.0';
+import type { Matcher as MatcherHandle } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import { Model, Tokenizer } from './model';
@@ -29,7 +30,7 @@ export class Grammar {
 
 /** A stateful walker of a grammar over one model's vocabulary; compilation starts at once. */
 export class Matcher {
-  /** @internal */ readonly handle: any;
+  /** @internal */ readonly handle: MatcherHandle;
   readonly modelName: string;
   constructor(readonly grammar: Grammar, tokenizer: Tokenizer | Model, compileTimeout: number | null = null) {
     this.modelName = tokenizer.name;

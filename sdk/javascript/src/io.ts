@@ -1,6 +1,7 @@
 import hostRuntime from 'pie:inferlet/runtime@0.1.0';
 import hostSession from 'pie:inferlet/session@0.1.0';
 import hostMessaging from 'pie:inferlet/messaging@0.1.0';
+import type { Subscription as HostSubscription } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall } from './loop';
 
@@ -35,7 +36,8 @@ export const session = {
 
 /** A subscription to one broadcast topic. */
 export class Subscription implements AsyncIterable<string>, Disposable {
-  constructor(private readonly handle: any) {}
+  /** @internal use `messaging.subscribe` */
+  constructor(private readonly handle: HostSubscription) {}
   get topic(): string { return h(() => hostMessaging.subscriptionTopic(this.handle)); }
   /** The next broadcast, or undefined once unsubscribed. */
   next(): Promise<string | undefined> {
