@@ -1,6 +1,7 @@
 """The JS SDK's own tests (``sdk/javascript/test``: its event loop and UTF-8 decoder) under node,
 bundled with the toolchain Pie installs in its cache; its host types are what ``wit/`` generates,
-and its public declarations type-check the TypeScript examples."""
+and its public declarations type-check the TypeScript examples and name everything the JS
+reference lists."""
 
 from __future__ import annotations
 
