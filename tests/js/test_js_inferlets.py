@@ -6,6 +6,7 @@ by content hash, so a second session builds nothing)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import tempfile
 from pathlib import Path
@@ -207,10 +208,13 @@ def test_a_js_inferlet_run_in_process_ends_with_where_it_runs(engine: Engine) ->
     assert final.kind == "error" and "runs only in the wasm sandbox" in final.value, final
 
 
-def test_a_js_guest_reaches_no_file_outside_its_scratch_directory(engine: Engine, launcher: WasmLauncher) -> None:
+def test_a_js_guest_reaches_no_file_outside_its_scratch_directory_and_sees_its_own_paths(engine: Engine, launcher: WasmLauncher) -> None:
     final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "escape"), {})
     assert final.kind == "return", final
-    assert final.value["inside"].endswith("notes/a.txt")
+    value = final.value
+    assert (value["inside"], value["dir"]) == ("/scratch/notes/a.txt", "/scratch"), value  # the guest's paths
+    assert (value["sdkPath"], value["sdkDir"], value["sdkEscape"]) == (
+        "/scratch/notes/b.txt", "/scratch", "refused: invalid-input"), value
     assert final.value["../../etc/passwd"].startswith("refused: ") and final.value["/etc/passwd"].startswith("refused: ")
     # and WASI's filesystem is out of reach: a static import does not bundle (above), a computed
     # one is a native promise that never settles in the sandbox
@@ -239,3 +243,93 @@ def test_a_static_logit_mask_matches_the_python_sdk_and_an_adapter_runs(engine: 
     assert want.kind == "return" and final == want, (final, want)
     assert all(1000 <= t < 1050 for t in want.value["masked"]) and len(want.value["adapted"]) == 6
     # a new adapter is all zeros, so "adapted" shows only that a pass with an adapter runs
+
+
+def test_the_guest_gets_the_values_its_generated_host_types_say(engine: Engine, launcher: WasmLauncher) -> None:
+    """sdk/javascript/src/host maps jco's guest types to componentize-qjs's values: u64 is a
+    number, a list of u32 an array, bytes a Uint8Array, option none null."""
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "host-values"), {})
+    assert final == Event("return", {"u64": "number", "listU32": "array", "listU8": "Uint8Array",
+                                     "optionNone": "null", "pollIndices": "array"}), final
+
+
+@pytest.mark.parametrize("mode", ["chat", "text"])
+def test_agent_react_ts_returns_what_the_python_twin_does(engine: Engine, launcher: WasmLauncher, mode: str) -> None:
+    args = {"turns": 3, "max_tokens": 12, "tool_delay_s": 0.02, "mode": mode}
+    py_final, _ = _inproc(engine, load_manifest(EXAMPLES / "agent-react"), args)
+    js_final, _ = _run(engine, launcher, load_manifest(EXAMPLES / "agent-react-ts"), args)
+    assert py_final.kind == "return" and js_final.kind == "return", (py_final, js_final)
+    assert js_final.value == json.loads(json.dumps(py_final.value))  # as the client gets it (tuples are lists)
+    assert py_final.value["turns"] == 3 and all("observation" in turn for turn in py_final.value["log"])
+    assert engine.pools_whole(), "the agent left KV pages allocated"
+
+
+_REACT_TEXTS = [
+    "Thought: find it.\nAction: search[Eiffel Tower]\nAction: lookup[ 1889 ]\nAction: search[statue of liberty]",
+    "Action: Lookup[completed]", "Action: finish[3 years]", "Action:\u2003SEARCH[new  york\u3000city]",
+    "😀 no action here,\x1cjust\u2029words \u00a0 and more words than sixty characters in a row, 😀 emoji", "",
+    "Action: unknown[x]", "Action: search[paris kv]", "Action: search[zzz]", "Action: lookup[]",
+]
+
+
+def test_agent_react_ts_protocol_matches_react_py(cache: Path, launcher: WasmLauncher, tmp_path: Path) -> None:
+    """react.ts parses actions, runs tools and words observations as react.py does, on texts the
+    dummy model never writes (actions, lookups, finish, Python's whitespace, code points)."""
+    import subprocess
+    import sys
+
+    from pie_core.runtime.wasm import js_build
+
+    sys.path.insert(0, str(EXAMPLES / "agent-react"))
+    try:
+        import react
+    finally:
+        sys.path.pop(0)
+    esbuild = js_build._toolchain(cache) / "node_modules" / ".bin" / "esbuild"
+    bundle = tmp_path / "react.mjs"
+    subprocess.run([str(esbuild), str(EXAMPLES / "agent-react-ts" / "react.ts"), "--bundle", "--format=esm",
+                    "--platform=node", f"--outfile={bundle}", "--log-level=error"], check=True, timeout=60)
+    script = ("const r = await import(process.argv[1]); const out = [];"
+              "for (const t of JSON.parse(process.argv[2])) { const tools = new r.Tools(0); const calls = r.actions(t, 2);"
+              "  out.push([calls, r.finished(calls), r.observation(await tools.run(calls)), r.search(t)]); }"
+              "console.log(JSON.stringify(out));")
+    done = subprocess.run(["node", "--input-type=module", "-e", script, bundle.as_uri(), json.dumps(_REACT_TEXTS)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    async def python_side() -> list[Any]:
+        out = []
+        for text in _REACT_TEXTS:
+            tools, calls = react.Tools(0), react.actions(text, 2)
+            out.append([calls, react.finished(calls), react.observation(await tools.run(calls)), react.search(text)])
+        return out
+
+    want = json.loads(json.dumps(asyncio.run(python_side())))
+    assert json.loads(done.stdout) == want
+    assert any("lookup" in str(row[0]) and "1889" in row[2] for row in want)  # the texts reach every tool
+
+
+def test_decoders_tools_speculation_horizon_and_zo_match_the_python_sdk(engine: Engine, launcher: WasmLauncher) -> None:
+    """reasoning.Decoder, tools.Decoder/parseCall, ctx.equipTools/answerTool, a Speculator
+    (draft/accept/rollback), systemSpeculation, horizon and zo give what the Python SDK gives."""
+    from pie_core.runtime import host_api
+
+    def horizons() -> int:
+        return host_api.CALLS[("scheduling", "set_horizon")]
+
+    before = horizons()
+    want, _ = _inproc(engine, load_manifest(PROGRAMS / "gaps-py"), {})
+    py_horizons, before = horizons() - before, horizons()
+    final, _ = _run(engine, launcher, load_manifest(PROGRAMS / "gaps"), {})
+    assert want.kind == "return", want
+    assert final.kind == "return", final
+    assert final.value == json.loads(json.dumps(want.value))
+    value = want.value
+    assert [e["type"] for e in value["reasoning"]].count("end") == 2 and value["reasoningBatch"]["type"] == "end"
+    assert value["toolEvents"][-1] == {"type": "call", "name": "weather", "args": '{"city": "Paris"}'}, value["toolEvents"]
+    assert [t for step in value["speculator"][0] for t in step] == value["reference"] == value["system"][0]
+    assert any(call[0] == "rollback" for call in value["speculator"][1]) and value["both"] is True
+    plain, sped, calls = value["grammar"]
+    assert plain == sped == value["grammarSystem"] and any(c[0] == "rollback" for c in calls), value["grammar"]
+    assert horizons() - before == py_horizons > 0  # the market hears the same horizons
+    assert engine.pools_whole()

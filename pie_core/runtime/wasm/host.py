@@ -49,7 +49,7 @@ from pie_core.errors import Unsupported
 from pie_core.host.binding import HostInstance, bind, unbind
 from pie_core.runtime.wasm import linking
 from pie_core.runtime.wasm.build import stdlib_path
-from pie_core.runtime.wasm.imports import Guest
+from pie_core.runtime.wasm.imports import GUEST_SCRATCH, Guest
 
 __all__ = ["WasmHost", "GuestLimits", "GuestResult", "TICK_S", "live_stores"]
 
@@ -154,7 +154,7 @@ class WasmHost:
         wasi.preopen_dir(str(root), "/inferlet", fs_mutable=False)
         if self.stdlib is not None:
             wasi.preopen_dir(str(self.stdlib), "/python", fs_mutable=False)  # where the guest's sys.path looks
-        wasi.preopen_dir(scratch, "/scratch")
+        wasi.preopen_dir(scratch, GUEST_SCRATCH)
         store.set_wasi(wasi)
         if limits.memory_mb > 0:
             store.set_limits(memory_size=limits.memory_mb * 2**20)

@@ -5,6 +5,10 @@ function: a synchronous one that needs no event loop (:func:`~pie_core.host.bind
 right there, any other on the engine's event loop through :func:`host_api.invoke` (a
 synchronous import waits for it; an async one returns a call number that ``poll.wait`` and
 ``<name>-result`` settle). What it returns, or raises, is lowered as the import's result.
+
+Paths the guest gets are its own: ``runtime.scratch-dir`` is :data:`GUEST_SCRATCH` (where the
+user's scratch directory is mounted) and ``runtime.scratch-path`` answers beneath it, never with
+the engine's folder (which would name the server's data directory and be useless inside).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 import weakref
@@ -21,10 +26,14 @@ from typing import Any, Callable
 
 from inferlet.host import types as _types
 from pie_core.errors import PieError
+from pie_core.host import runtime as host_runtime
 from pie_core.host.binding import HostInstance, bind, is_any_thread, unbind
 from pie_core.runtime import host_api
 
-__all__ = ["Guest", "KIND_IDS", "MAX_HANDLES"]
+__all__ = ["Guest", "GUEST_SCRATCH", "KIND_IDS", "MAX_HANDLES"]
+
+GUEST_SCRATCH = "/scratch"
+"""Where a wasm guest sees its user's scratch directory."""
 
 MAX_HANDLES = 2**16
 """Engine objects one wasm instance may hold."""
@@ -102,6 +111,12 @@ def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
     return box
 
 
+def _guest_path(host_path: str) -> str:
+    """``host_path`` (in the running user's scratch directory) as the guest sees it."""
+    rel = os.path.relpath(host_path, host_runtime.scratch_dir())
+    return GUEST_SCRATCH if rel == "." else f"{GUEST_SCRATCH}/{rel}"
+
+
 class Guest:
     """One running instance: its handles and pending calls, seen from the host."""
 
@@ -172,10 +187,13 @@ class Guest:
         (until it ends, the instance is cancelled or its wall-time limit passes)."""
         try:
             self.check_running()
+            host_api.CALLS[module, name] += 1  # here for both kinds: host_api.invoke counts nothing
             if is_any_thread(fn):
-                host_api.CALLS[module, name] += 1
                 host_api.check_arguments(fn, f"{module}.{name}", tuple(args))
-                return True, fn(*args)
+                value = fn(*args)
+                if module == "runtime" and name in ("scratch_dir", "scratch_path"):
+                    value = _guest_path(value)
+                return True, value
             future = asyncio.run_coroutine_threadsafe(self._invoke(module, name, fn, args), self.loop)
             while True:
                 try:

@@ -159,19 +159,23 @@ def _key(staged: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def _toolchain(cache: Path) -> Path:
-    """The installed toolchain folder (``npm ci --ignore-scripts`` on first use)."""
-    lock = (TOOLCHAIN / "package-lock.json").read_bytes()
+def _toolchain(cache: Path, lock_dir: Path = TOOLCHAIN) -> Path:
+    """The installed toolchain folder (``npm ci --ignore-scripts`` on first use).
+
+    ``lock_dir`` holds the ``package.json`` and ``package-lock.json`` to install: the build's
+    toolchain by default, or another pinned set (the SDK's type generator, in the tests).
+    """
+    lock = (lock_dir / "package-lock.json").read_bytes()
     dest = cache / "js-toolchain" / hashlib.sha256(lock).hexdigest()[:16]
-    if (dest / "node_modules" / ".bin" / "componentize-qjs").exists():
+    if (dest / "node_modules" / ".package-lock.json").exists():
         return dest
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(TOOLCHAIN / name, part / name)
+        shutil.copyfile(lock_dir / name, part / name)
     _run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], part, INSTALL_TIMEOUT_S,
-         "npm ci (the JS toolchain: esbuild, componentize-qjs)")
+         f"npm ci (the JS tools pinned in {lock_dir.name})")
     try:
         part.rename(dest)
     except OSError:  # another process installed it first

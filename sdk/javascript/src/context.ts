@@ -1,6 +1,8 @@
 import context from 'pie:inferlet/context@0.1.0';
 import hostModel from 'pie:inferlet/model@0.1.0';
 import scheduling from 'pie:inferlet/scheduling@0.1.0';
+import hostTools from 'pie:inferlet/tools@0.1.0';
+import type { ChatBuilder, Context as HostContext } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { Forward, Kv, settled } from './forward';
 import { Generator, GenerateOptions } from './generator';
@@ -11,10 +13,10 @@ import type { Sampler } from './sampler';
  * and `append` add to the buffer; `await flush()` (or a generator's first step) runs it. */
 export class Context implements Disposable {
   /** @internal */ kv: Kv;
-  private chat: any;
+  private chat: ChatBuilder;
   private pending: number[];
 
-  constructor(readonly model: Model, /** @internal */ opened?: { handle: any; buffer: number[]; chat: any; length?: number }) {
+  constructor(readonly model: Model, /** @internal */ opened?: { handle: HostContext; buffer: number[]; chat: ChatBuilder | null; length?: number }) {
     if (!(model instanceof Model)) throw new TypeError('new Context(model) needs a Model (from Model.load)');
     if (opened) {
       this.kv = { handle: opened.handle, length: opened.length ?? h(() => context.seqLen(opened.handle)), released: false,
@@ -28,7 +30,7 @@ export class Context implements Disposable {
     }
   }
 
-  private static opened(m: Model, found: any): Context | undefined {
+  private static opened(m: Model, found: [HostContext, number[], ChatBuilder | null] | null): Context | undefined {
     if (found === null || found === undefined) return undefined;
     const [handle, buffer, chat] = found;
     return new Context(m, { handle, buffer: Array.from(buffer), chat });
@@ -66,6 +68,20 @@ export class Context implements Disposable {
   user(text: string): this { return this.append(h(() => hostModel.chatUser(this.chat, text))); }
   assistant(text: string): this { return this.append(h(() => hostModel.chatAssistant(this.chat, text))); }
   cue(): this { return this.append(h(() => hostModel.chatCue(this.chat))); }
+  /** List tools for the model as its chat template does; call it before the first message.
+   * `schemas`: one JSON Schema per tool, objects or JSON text (see `tools.equipPrefix`);
+   * `system`: text to go with them (default: the template's own). */
+  equipTools(schemas: Iterable<object | string>, system?: string): this {
+    const list = Array.from(schemas, (x) => (typeof x === 'string' ? JSON.parse(x) : x));
+    const normal = h(() => hostTools.normalize(JSON.stringify(list)));
+    return this.append(h(() => hostModel.chatEquip(this.chat, normal, system ?? null)));
+  }
+  /** Add a turn carrying tool `name`'s result (a string, or an object/array: JSON-encoded). Qwen's
+   * template writes consecutive results as one turn: they wait in the conversation until the
+   * next message or cue. */
+  answerTool(name: string, value: unknown): this {
+    return this.append(h(() => hostModel.chatAnswer(this.chat, name, JSON.stringify(value))));
+  }
   seal(): this { return this.append(h(() => hostModel.chatSeal(this.chat))); }
   append(tokens: Iterable<number>): this {
     for (const t of tokens) this.pending.push(t);
@@ -104,7 +120,7 @@ export class Context implements Disposable {
     h(() => scheduling.setIdle(this.live(), true));
     return { [Symbol.dispose]: () => { if (!this.kv.released) h(() => scheduling.setIdle(this.kv.handle, false)); } };
   }
-  private live(): any { return settled(this.kv); }
+  private live(): HostContext { return settled(this.kv); }
   /** @internal The buffered tokens, shared (the generator's decode loop reads and takes them). */
   pendingTokens(): number[] { return this.pending; }
 }

@@ -1,14 +1,32 @@
 import hostAdapter from 'pie:inferlet/adapter@0.1.0';
 import hostMcp from 'pie:inferlet/mcp@0.1.0';
 import hostScheduling from 'pie:inferlet/scheduling@0.1.0';
+import type { Adapter as HostAdapter, McpSession as HostMcpSession } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall } from './loop';
 import type { Context } from './context';
 import type { Model } from './model';
 
+/** The backend work of an adapter's `save`, `load` or a `zo` call: it runs before the
+ * inferlet's next forward pass whether or not this is awaited; `await` it to wait until it ran
+ * (and to see a failure: PieError invalid-input for a folder found unusable, backend-error for
+ * the rest). */
+export class Scheduled implements PromiseLike<void> {
+  private waited: PromiseLike<void> | null = null;
+  /** @internal */
+  constructor(private readonly handle: HostAdapter) {}
+  then<A = void, B = never>(onOk?: ((v: void) => A | PromiseLike<A>) | null,
+                            onErr?: ((e: any) => B | PromiseLike<B>) | null): PromiseLike<A | B> {
+    if (this.waited === null) {
+      this.waited = hostCall(h(() => hostAdapter.settled(this.handle)), (c) => { h(() => hostAdapter.settledResult(c)); });
+    }
+    return this.waited.then(onOk, onErr);
+  }
+}
+
 /** A LoRA adapter on a model (`Disposable`: `using a = Adapter.create(model, 'draft')`). */
 export class Adapter implements Disposable {
-  private constructor(/** @internal */ readonly handle: any) {}
+  private constructor(/** @internal */ readonly handle: HostAdapter) {}
   static create(model: Model, name: string): Adapter { return new Adapter(h(() => hostAdapter.create(model.name, name))); }
   static open(model: Model, name: string): Adapter | undefined {
     const found = h(() => hostAdapter.openAdapter(model.name, name));
@@ -16,8 +34,13 @@ export class Adapter implements Disposable {
   }
   get name(): string { return h(() => hostAdapter.name(this.handle)); }
   fork(newName: string): Adapter { return new Adapter(h(() => hostAdapter.fork(this.handle, newName))); }
-  save(path: string): void { h(() => hostAdapter.save(this.handle, path)); }
-  load(path: string): void { h(() => hostAdapter.load(this.handle, path)); }
+  /** Write the mean weights to the PEFT folder `path` (relative to the scratch directory
+   * under pie serve); `await` the result to wait until it is written. */
+  save(path: string): Scheduled { h(() => hostAdapter.save(this.handle, path)); return new Scheduled(this.handle); }
+  /** Replace the weights with the PEFT folder `path`; `await` the result to wait until loaded. */
+  load(path: string): Scheduled { h(() => hostAdapter.load(this.handle, path)); return new Scheduled(this.handle); }
+  /** Wait until the backend ran every operation asked of the adapter so far. */
+  settled(): Scheduled { return new Scheduled(this.handle); }
   destroy(): void { h(() => hostAdapter.release(this.handle)); }
   [Symbol.dispose](): void { this.destroy(); }
 }
@@ -35,7 +58,8 @@ const json = (c: number, finish: (c: number) => string) => hostCall(c, (n) => fi
 
 /** A session with one MCP server; results are the raw JSON-RPC result objects as JSON text. */
 export class McpSession {
-  constructor(private readonly handle: any) {}
+  /** @internal use `mcp.connect` */
+  constructor(private readonly handle: HostMcpSession) {}
   get serverName(): string { return h(() => hostMcp.serverName(this.handle)); }
   listTools(): Promise<string> { return json(h(() => hostMcp.listTools(this.handle)), (c) => h(() => hostMcp.listToolsResult(c))) as any; }
   callTool(name: string, args?: object | string): Promise<string> {

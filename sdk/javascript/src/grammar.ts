@@ -1,4 +1,5 @@
 import hostGrammar from 'pie:inferlet/grammar@0.1.0';
+import type { Matcher as MatcherHandle } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall, PiePromise } from './loop';
 import { Model, Tokenizer } from './model';
@@ -29,7 +30,7 @@ export class Grammar {
 
 /** A stateful walker of a grammar over one model's vocabulary; compilation starts at once. */
 export class Matcher {
-  /** @internal */ readonly handle: any;
+  /** @internal */ readonly handle: MatcherHandle;
   readonly modelName: string;
   constructor(readonly grammar: Grammar, tokenizer: Tokenizer | Model, compileTimeout: number | null = null) {
     this.modelName = tokenizer.name;
@@ -115,7 +116,37 @@ export class ConstraintSet {
     }
     this.cached = undefined;
   }
+  /** Whether masks can be computed ahead over drafts: grammars roll back, a custom
+   * Constraint's `step` cannot be undone. */
+  get canSpeculate(): boolean { return this.others.length === 0; }
   get ended(): boolean { return this.grammars.some((g) => g.matcher.isTerminated()); }
+  /** The masks for the next token and after each draft in turn, as far as the drafts can go
+   * (`1 + usable` masks); the constraints end where they started. Drafts stop before one the
+   * constraints forbid, one in `stop`, or one that ends a grammar (such a token can only be
+   * the last of a step). Only when `canSpeculate`. */
+  masksAlong(drafts: number[], stop: Set<number>): (Uint8Array | null)[] {
+    const first = this.mask();
+    const masks = [first];
+    let walked = 0;
+    try {
+      for (const t of drafts) {
+        if (stop.has(t) || !this.admits(t)) break;
+        for (const g of this.grammars) g.matcher.tryAccept(t);
+        walked++;
+        this.cached = undefined;
+        if (this.ended) break;
+        try {
+          masks.push(this.mask());
+        } catch {
+          break; // a dead end after this draft: the step stops before it
+        }
+      }
+    } finally {
+      for (const g of this.grammars) g.matcher.rollback(walked);
+      this.cached = first;
+    }
+    return masks;
+  }
   async ready(): Promise<void> { for (const g of this.grammars) await g.matcher.ready(); }
   mask(): Uint8Array | null {
     if (this.cached !== undefined) return this.cached;

@@ -1,6 +1,7 @@
 import hostRuntime from 'pie:inferlet/runtime@0.1.0';
 import hostSession from 'pie:inferlet/session@0.1.0';
 import hostMessaging from 'pie:inferlet/messaging@0.1.0';
+import type { Subscription as HostSubscription } from 'pie:inferlet/types@0.1.0';
 import { h } from './errors';
 import { hostCall } from './loop';
 
@@ -10,6 +11,12 @@ export const runtime = {
   version: (): string => h(() => hostRuntime.version()),
   instanceId: (): string => h(() => hostRuntime.instanceId()),
   username: (): string => h(() => hostRuntime.username()),
+  /** The user's private scratch directory as this inferlet sees it (`/scratch`); files there
+   * outlive the run (a Pie for Python addition). */
+  scratchDir: (): string => h(() => hostRuntime.scratchDir()),
+  /** The path of `relative` inside the scratch directory, as this inferlet sees it (parent
+   * folders created). Throws PieError invalid-input for an absolute path or one that leaves it. */
+  scratchPath: (relative: string): string => h(() => hostRuntime.scratchPath(relative)),
   /** Run inferlet `name` with `args` as the same user; its return value. */
   spawn: (name: string, args?: object): Promise<unknown> => {
     const call = h(() => hostRuntime.spawn(name, args === undefined ? null : JSON.stringify(args)));
@@ -29,7 +36,8 @@ export const session = {
 
 /** A subscription to one broadcast topic. */
 export class Subscription implements AsyncIterable<string>, Disposable {
-  constructor(private readonly handle: any) {}
+  /** @internal use `messaging.subscribe` */
+  constructor(private readonly handle: HostSubscription) {}
   get topic(): string { return h(() => hostMessaging.subscriptionTopic(this.handle)); }
   /** The next broadcast, or undefined once unsubscribed. */
   next(): Promise<string | undefined> {

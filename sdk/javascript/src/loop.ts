@@ -2,7 +2,8 @@
 // export `run` is synchronous, so the SDK brings its own Promise and job queue: the bundle is
 // built for ES2016 (esbuild lowers async/await, async generators and `for await` onto
 // generators and `Promise`), `installLoop` makes this Promise the global one, and `runMain`
-// drains the queue, blocking in the host's `poll.wait` whenever every job waits on a host call.
+// drains the queue, blocking in the host's `poll.wait` whenever every job waits on a host call
+// or a timer (`setTimeout`, also the SDK's: a wait in the host, which the engine can end).
 import poll from 'pie:inferlet/poll@0.1.0';
 
 type Job = () => void;
@@ -122,10 +123,41 @@ export class PiePromise<T> {
   get [Symbol.toStringTag]() { return 'Promise'; }
 }
 
-/** Make `PiePromise` the global `Promise` (the bundle's lowered async code reads the global). */
+// Timers: id -> when it is due (Date.now() ms) and what it runs.
+const timers = new Map<number, { due: number; run: () => void }>();
+let nextTimer = 0;
+const MAX_WAIT_MS = 2 ** 31 - 1; // poll.wait's timeout is a u32 of milliseconds
+
+/** `setTimeout(f, ms, ...args)`: run `f` once `ms` passed, from the job queue. */
+export function setTimeout(f: (...args: any[]) => void, ms = 0, ...args: any[]): number {
+  if (typeof f !== 'function') throw new TypeError('setTimeout needs a function');
+  const delay = Number(ms) > 0 ? Number(ms) : 0;
+  timers.set(++nextTimer, { due: Date.now() + delay, run: () => f(...args) });
+  return nextTimer;
+}
+
+/** `clearTimeout(id)`: the timer does not run (no-op when it ran or is unknown). */
+export function clearTimeout(id: number | undefined): void {
+  if (id !== undefined) timers.delete(id);
+}
+
+/** Queue the timers that are due, in due order; the milliseconds until the next one (or null). */
+function fireDue(): number | null {
+  const now = Date.now();
+  const due = Array.from(timers).filter(([, t]) => t.due <= now).sort(([a, x], [b, y]) => x.due - y.due || a - b);
+  for (const [id, t] of due) { timers.delete(id); jobs.push(t.run); }
+  let next: number | null = null;
+  for (const t of timers.values()) next = next === null ? t.due - now : Math.min(next, t.due - now);
+  return next;
+}
+
+/** Make `PiePromise` the global `Promise` (the bundle's lowered async code reads the global),
+ * and the SDK's `queueMicrotask`, `setTimeout` and `clearTimeout` the global ones. */
 export function installLoop(): void {
   (globalThis as any).Promise = PiePromise;
   (globalThis as any).queueMicrotask = (f: () => void) => { jobs.push(f); };
+  (globalThis as any).setTimeout = setTimeout;
+  (globalThis as any).clearTimeout = clearTimeout;
 }
 
 // Host calls in flight: call number -> how to settle its promise.
@@ -162,12 +194,14 @@ export function runMain<T>(main: () => PromiseLike<T> | T): T {
   for (;;) {
     drain();
     if (done) break;
-    if (waiting.size === 0) {
-      throw new Error('main is waiting on something that can never finish (no host call is in flight): '
-        + 'await only SDK calls and promises they settle');
+    const next = fireDue();
+    if (jobs.length) continue;
+    if (waiting.size === 0 && next === null) {
+      throw new Error('main is waiting on something that can never finish (no host call or timer is pending): '
+        + 'await only SDK calls, timers and promises they settle');
     }
     const calls = Array.from(waiting.keys());
-    const ready = poll.wait(calls, null);
+    const ready = poll.wait(calls, next === null ? null : Math.min(MAX_WAIT_MS, Math.max(1, Math.ceil(next))));
     for (const i of ready) {
       const call = calls[i];
       const settle = waiting.get(call);
@@ -175,6 +209,7 @@ export function runMain<T>(main: () => PromiseLike<T> | T): T {
       if (settle) settle();
     }
   }
+  timers.clear(); // main ended: a timer it left never runs
   if (failed) throw value;
   return value as T;
 }

@@ -1,6 +1,8 @@
+import type { ProbeSpec, SampleSpec, SamplerKind, ProbeKind } from 'pie:inferlet/types@0.1.0';
+
 /** How a sampled row picks its token(s). */
 export class Sampler {
-  private constructor(readonly kind: string, readonly temperature: number, readonly k = 0, readonly p = 1.0,
+  private constructor(readonly kind: SamplerKind, readonly temperature: number, readonly k = 0, readonly p = 1.0,
                       readonly minP = 0.0, readonly draws = 1, readonly seed = 0) {
     if (temperature < 0) throw new RangeError(`temperature must be >= 0, got ${temperature}`);
     if (draws < 1) throw new RangeError(`multinomial needs draws >= 1, got ${draws}`);
@@ -16,15 +18,15 @@ export class Sampler {
     return new Sampler('multinomial', temperature, 0, 1.0, 0, draws, seed);
   }
   /** The WIT `sample-spec` for input row `index`. */
-  spec(index: number): object {
+  spec(index: number): SampleSpec {
     return { index, kind: this.kind, temperature: this.temperature, topK: this.k, topP: this.p, minP: this.minP,
              draws: this.draws, seed: this.seed, logitMask: null };
   }
 }
 
-export interface Probe { spec(index: number): { kind: string } & object }
+export interface Probe { spec(index: number): ProbeSpec }
 
-function probe(index: number, kind: string, temperature = 1.0, k = 0, tokenIds: number[] = []) {
+function probe(index: number, kind: ProbeKind, temperature = 1.0, k = 0, tokenIds: number[] = []): ProbeSpec {
   return { index, kind, temperature, k, tokenIds, maskedBy: -1 };
 }
 

@@ -64,3 +64,31 @@ test('for await over an async generator runs on the SDK loop (the bundle lowers 
   async function* gen() { yield 1; await null; yield 2; }
   assert.equal(runMain(async () => { let s = 0; for await (const x of gen()) s += x; return s; }), 3);
 });
+
+test('setTimeout runs in due order after waiting in poll.wait; clearTimeout cancels; a host call still settles', () => {
+  installLoop();
+  const realNow = Date.now;
+  let now = 1_000;
+  Date.now = () => now;
+  const waited: [number[], number | null][] = [];
+  poll.wait = (calls: number[], timeout: number | null) => {
+    waited.push([calls.slice(), timeout]);
+    now += timeout ?? 0;
+    return calls.length && timeout === null ? [0] : [];
+  };
+  try {
+    const seen: string[] = [];
+    const value = runMain(async () => {
+      const sleep = (ms: number, tag: string) => new Promise<void>((r) => setTimeout(() => { seen.push(tag); r(); }, ms));
+      const dropped = setTimeout(() => seen.push('cleared'), 5);
+      clearTimeout(dropped);
+      const call = hostCall(9, () => 'host');
+      await Promise.all([sleep(20, 'b'), sleep(10, 'a')]);
+      return `${await call}:${seen.join('')}`;
+    });
+    assert.equal(value, 'host:ab');
+    assert.deepEqual(waited, [[[9], 10], [[9], 10], [[9], null]]);
+  } finally {
+    Date.now = realNow;
+  }
+});
