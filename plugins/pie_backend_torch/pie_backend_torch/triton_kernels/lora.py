@@ -41,12 +41,13 @@ def _expand_kernel(u_ptr, b_ptr, out_ptr, out_stride, index_ptr, P, K, W, BLOCK_
     cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
     g = tl.load(index_ptr + t)
     width = tl.where(g >= 0, W, 0)  # a token without a group reads and writes nothing
+    rank = tl.where(g >= 0, K, 0)
     g = tl.maximum(g, 0).to(tl.int64)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for j0 in range(0, K, BLOCK_R):
         j = j0 + tl.arange(0, BLOCK_R)
-        u = tl.load(u_ptr + t.to(tl.int64) * P * K + p * K + j, mask=j < K, other=0.0)
-        ok = (j[:, None] < K) & (cols[None, :] < width)
+        u = tl.load(u_ptr + t.to(tl.int64) * P * K + p * K + j, mask=j < rank, other=0.0)
+        ok = (j[:, None] < rank) & (cols[None, :] < width)
         b = tl.load(b_ptr + ((g * P + p) * K + j[:, None]) * W + cols[None, :], mask=ok, other=0.0).to(tl.float32)
         acc += tl.sum(u[:, None] * b, axis=0)
     where = out_ptr + t.to(tl.int64) * out_stride + p * W + cols
