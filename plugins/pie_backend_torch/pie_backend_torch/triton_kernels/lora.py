@@ -60,7 +60,7 @@ def lora_add(x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Tenso
     """Add every token's group's LoRA delta to ``out`` in place.
 
     Args:
-        x: ``[N, in]`` the projection's input (rows contiguous).
+        x: ``[N, in]`` the projection's input.
         out: ``[N, P * W]`` the projection's output (rows contiguous), updated in place.
         a: ``[G, P * k, in]`` each group's ``A`` parts, contiguous.
         b: ``[G, P, k, W]`` each group's ``(scaling * B).T`` parts, contiguous.
@@ -68,8 +68,10 @@ def lora_add(x: torch.Tensor, out: torch.Tensor, a: torch.Tensor, b: torch.Tenso
     """
     n, inp = x.shape
     groups, parts, k, width = b.shape
-    if x.stride(1) != 1 or out.stride(1) != 1:
-        raise ValueError("lora_add needs x and out with contiguous rows")
+    if out.stride(1) != 1:
+        raise ValueError("lora_add needs out with contiguous rows")
+    if x.stride(1) != 1:
+        x = x.contiguous()
     if a.shape != (groups, parts * k, inp) or out.shape != (n, parts * width) or index.shape != (n,):
         raise ValueError(f"lora_add: a {tuple(a.shape)}, b {tuple(b.shape)}, x {tuple(x.shape)}, out "
                          f"{tuple(out.shape)} and index {tuple(index.shape)} do not fit together")
