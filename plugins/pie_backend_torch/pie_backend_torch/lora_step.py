@@ -12,11 +12,11 @@ backend runs (:func:`lora_kernel`):
 - ``triton`` (CUDA, or ``kernels="triton"``): :func:`pie_backend_torch.triton_kernels.lora.lora_add`
   takes each token's group and the groups' weights stacked per projection (:func:`stack`, zero
   padded to the widest rank; cached by the adapter store), in the compute dtype;
-- ``torch`` (the fallback where the native kernels do not build): a loop over the groups,
-  float32 weights.
+- ``torch`` (the fallback where the native kernels do not build, and CUDA with
+  ``kernels="torch"``): a loop over the groups, float32 weights on a CPU.
 
-Each accumulates in float32 and adds the delta to the projection's output in place, with one
-rounding to its dtype.
+The native and Triton kernels accumulate in float32 and add the delta to the projection's output
+in place, with one rounding to its dtype; the fallback rounds the delta, then adds it.
 """
 
 from __future__ import annotations
