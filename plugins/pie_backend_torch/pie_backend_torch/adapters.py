@@ -1,10 +1,10 @@
 """The adapters a torch backend holds (:class:`pie_core.backend_kit.AdapterBank`), fused on the
 device by :func:`~pie_backend_torch.lora_weights.fuse`.
 
-Perturbed zo weights are drawn on the host and uploaded once per ``(adapter, seed)``. The weights
-of the groups a batch runs are stacked for the forward (:mod:`pie_backend_torch.lora_step`) and
-cached by the tuple of groups, and the last batch's grouping is kept too: consecutive decode
-steps mostly run the same requests. Both caches drop what belongs to an adapter whenever it is
+Perturbed zo weights are drawn on the host and uploaded once per ``(adapter, seed)``. The last
+batch's grouping is kept (consecutive decode steps mostly run the same requests), and for the
+Triton kernel the stacked weights of the last group sets
+(:func:`~pie_backend_torch.lora_step.stack`). Both drop what belongs to an adapter whenever it is
 loaded, moved or destroyed.
 """
 
@@ -17,7 +17,7 @@ import torch
 
 from pie_core.backend_kit import AdapterBank, ForwardBatch, ModelSpec
 
-from pie_backend_torch.lora_step import LoraStep, Stacked, stack
+from pie_backend_torch.lora_step import LoraStep, Stacked, lora_kernel, stack
 from pie_backend_torch.lora_weights import LayerLora, fuse
 from pie_backend_torch.tp_shard import Shard, local_spec
 
@@ -28,7 +28,7 @@ MAX_ADAPTERS = 32
 MAX_ADAPTER_RANK = 64
 """Largest LoRA rank accepted."""
 STACK_CACHE_SIZE = 2
-"""Stacked weights of this many group sets kept between passes (each a copy of its adapters)."""
+"""Triton: stacked weights of this many group sets kept between passes (each a copy of its adapters)."""
 
 _Group = tuple[int, int]  # (adapter id, zo seed)
 
@@ -48,12 +48,14 @@ class AdapterStore(AdapterBank[tuple[LayerLora, ...]]):
     """Adapters of one loaded model, by the core's adapter id (``shard``: this tensor-parallel
     rank's slice of each, :meth:`~pie_backend_torch.tp_shard.Shard.take_adapter`).
 
-    LoRA weights are kept in ``dtype``: float32 on a CPU (whatever the model's compute dtype:
-    they are small, and oneDNN's float32 small matmuls are faster than its bf16 ones), the compute
-    dtype on CUDA.
+    ``kernels`` and ``dtype`` are the backend's; the store keeps LoRA weights in the dtype of
+    the grouped kernel that runs them (:func:`~pie_backend_torch.lora_step.lora_kernel`).
     """
 
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device, shard: Shard | None = None) -> None:
+    def __init__(
+        self, spec: ModelSpec, kernels: str, dtype: torch.dtype, device: torch.device, shard: Shard | None = None
+    ) -> None:
+        self._kernel, dtype = lora_kernel(device, kernels, dtype)
         if shard is None:
             super().__init__(spec, lambda tensors, scaling: fuse(spec, tensors, scaling, dtype, device),
                              MAX_ADAPTERS, MAX_ADAPTER_RANK)
@@ -65,7 +67,6 @@ class AdapterStore(AdapterBank[tuple[LayerLora, ...]]):
                 MAX_ADAPTERS,
                 MAX_ADAPTER_RANK,
             )
-        self._dtype = dtype
         self._device = device
         self._stacks: OrderedDict[tuple[_Group, ...], tuple[tuple[Stacked | None, ...], ...]] = OrderedDict()
         self._last: tuple[tuple[bytes, bytes, bytes], LoraStep] | None = None
@@ -88,14 +89,18 @@ class AdapterStore(AdapterBank[tuple[LayerLora, ...]]):
         request_label = np.full(r, -1, dtype=np.int64)
         request_label[held] = label
         token_label = np.repeat(request_label, np.diff(batch.qo_indptr))
-        step = LoraStep(token_label, self._stacked(groups), self._dtype, self._device)
+        fused = tuple(self.fused(a, s) for a, s in groups)
+        stacks = self._stacked(groups, fused) if self._kernel == "triton" else None
+        step = LoraStep(token_label, fused, self._kernel, self._device, stacks)
         self._last = (key, step)
         return step
 
-    def _stacked(self, groups: tuple[_Group, ...]) -> tuple[tuple[Stacked | None, ...], ...]:
+    def _stacked(
+        self, groups: tuple[_Group, ...], fused: tuple[tuple[LayerLora, ...], ...]
+    ) -> tuple[tuple[Stacked | None, ...], ...]:
         stacks = self._stacks.get(groups)
         if stacks is None:
-            stacks = stack(tuple(self.fused(a, s) for a, s in groups))
+            stacks = stack(fused)
             self._stacks[groups] = stacks
             if len(self._stacks) > STACK_CACHE_SIZE:
                 self._stacks.popitem(last=False)

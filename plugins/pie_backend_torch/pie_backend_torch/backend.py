@@ -166,8 +166,9 @@ class TorchBackend(AdapterHooks):
         self._tp = group
         cache = model.cache
         self._model = model
-        lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
-        self._adapters = AdapterStore(spec, lora_dtype, config.device, None if config.tp == 1 else Shard(spec, 0, config.tp))
+        self._adapters = AdapterStore(
+            spec, config.kernels, config.dtype, config.device, None if config.tp == 1 else Shard(spec, 0, config.tp)
+        )
         self._cache = cache
         self._config = config
         if config.kernels == "triton":

@@ -1,4 +1,5 @@
-"""The backend's own CPU kernels (``csrc/q4.cpp``), compiled from source on first use.
+"""The backend's own CPU kernels (``csrc/q4.cpp``; ``csrc/lora.cpp``: the grouped LoRA delta), compiled
+from source on first use.
 
 The operators are built for the CPU they run on (``-march=native``, or ``PIE_TORCH_MARCH``:
 AVX512-VNNI, AVX-VNNI or plain AVX2 paths) with torch's extension builder, which needs a C++ compiler and ninja and
@@ -48,7 +49,7 @@ Q4_BLOCK_BYTES = 320
 Q8_BLOCK_BYTES = 576
 """q8 bytes per block of 32 inputs of a group: 512 of int8 weights, 32 float16 scales (one per 16 inputs)."""
 Q8_SCALE_INPUTS = 16
-_SOURCE = Path(__file__).with_name("csrc") / "q4.cpp"
+_SOURCES = tuple(Path(__file__).with_name("csrc") / name for name in ("q4.cpp", "lora.cpp"))
 _MARCH = os.environ.get("PIE_TORCH_MARCH", "native")
 """``-march`` of the build: ``native`` (this CPU), or e.g. ``x86-64-v3`` for a build that runs on
 any AVX2 CPU (the AVX2 path, without VNNI)."""
@@ -72,7 +73,8 @@ def _cpu_flags() -> str:
 
 def _build_dir() -> Path:
     h = hashlib.sha256()
-    h.update(_SOURCE.read_bytes())
+    for source in _SOURCES:
+        h.update(source.read_bytes())
     h.update(" ".join(_FLAGS).encode())
     h.update(torch.__version__.encode())
     h.update(_cpu_flags().encode())  # -march=native differs by CPU
@@ -93,7 +95,7 @@ def _build() -> Any:
         announce_step(f"torch backend: compiling its CPU kernels for this CPU (once, ~20-60 s; kept in {where})")
         load(
             name="pie_cpu_q4",
-            sources=[str(_SOURCE)],
+            sources=[str(s) for s in _SOURCES],
             extra_cflags=_FLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -52,8 +52,7 @@ def _serve(channel: Channel) -> None:
                 weights.append(item)
             local = local_spec(spec, config.tp)
             model = build_transformer(local, weights, config, page_size, num_pages, host_pages, channel.all_reduce)
-            lora_dtype = torch.float32 if config.device.type == "cpu" else config.dtype
-            adapters = AdapterStore(spec, lora_dtype, config.device, Shard(spec, channel.rank, config.tp))
+            adapters = AdapterStore(spec, config.kernels, config.dtype, config.device, Shard(spec, channel.rank, config.tp))
             channel.all_reduce(torch.ones(1, device=config.device), loading=True)
         elif model is None or adapters is None:
             raise RuntimeError(f"command {command!r} before any load")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from backend_testkit import kv_request, probe_logits, random_weights, run
+from pie_backend_torch import native
 from pie_backend_torch.adapters import MAX_ADAPTER_RANK, MAX_ADAPTERS
 from pie_core.backend_kit import lora
 from torch_testkit import load_torch, spec_of
@@ -145,7 +146,34 @@ def test_an_adapter_in_the_default_mode_stays_close_to_its_merged_weights():
             assert np.abs(g - b).max() > 3 * tol, f"row block {i}: the adapter barely changed the logits"
 
 
-def test_a_batch_mixing_adapters_and_plain_requests_equals_each_request_alone():
+def test_a_mixed_batch_in_the_default_mode_stays_close_to_each_merged_model():
+    """bfloat16 LoRA weights (the native kernel's, where the CPU has native bf16) over groups of
+    two ranks, a zo seed and plain requests in one batch."""
+    spec = spec_of("qwen2")
+    first, second = _adapter(spec, 8, seed=20), _adapter(spec, 4, seed=21, targets=("attn_v", "ffn_up", "ffn_down"))
+    backend = _loaded(spec, {1: (first, 1.0), 2: (second, 2.0)}, dtype="auto")
+    backend.pie_backend_adapter_zo(1, 0.05, np.zeros(0, np.int64), np.zeros(0, np.float32))
+    ids, seeds = [1, 2, -1, 1, 2], [0, 0, 0, 7, 0]
+    steps = _steps(spec, np.random.default_rng(20), n=len(ids))
+    got = _logits(backend, steps, ids, seeds)
+    merged = {
+        (1, 0): _merged(spec, first, 1.0),
+        (2, 0): _merged(spec, second, 2.0),
+        (1, 7): _merged(spec, lora.perturbed(first, 0.05, 7), 1.0),
+    }
+    want = {key: _logits(load_torch(spec, w, page_size=PAGE), steps) for key, w in merged.items()}
+    want[(-1, 0)] = _logits(load_torch(spec, page_size=PAGE), steps)
+    for j, g in enumerate(got):
+        w = want[(ids[j % len(ids)], seeds[j % len(ids)])][j]
+        np.testing.assert_allclose(g, w, atol=DEFAULT_MODE_REL * float(np.abs(w).max()), rtol=0, err_msg=f"row block {j}")
+
+
+@pytest.mark.parametrize("kernel", ["native", "torch"])
+def test_a_batch_mixing_adapters_and_plain_requests_equals_each_request_alone(kernel, monkeypatch):
+    if kernel == "torch":  # the fallback where the native kernels do not build
+        monkeypatch.setattr(native, "ops", lambda: None)
+    elif native.ops() is None:
+        pytest.skip(f"kernels not built here: {native.unavailable_reason()}")
     spec = spec_of("qwen2")
     adapters = {
         5: (_adapter(spec, 2, seed=10), 1.0),
@@ -156,6 +184,7 @@ def test_a_batch_mixing_adapters_and_plain_requests_equals_each_request_alone():
     ids = [5, -1, 6, 5, 7, 9, -1, 9]  # 5 and 9 twice: groups of scattered tokens
     steps = _steps(spec, np.random.default_rng(3), n=len(ids))
     mixed = _loaded(spec, adapters)
+    assert mixed._adapters._kernel == kernel
     got = _logits(mixed, steps, adapters=ids)
     alone = _loaded(spec, adapters)
     want = []
