@@ -150,5 +150,5 @@ def test_each_flag_has_a_one_line_help():
     p = argparse.ArgumentParser()
     add_backend_arguments(p)
     helps = {a.option_strings[0]: a.help for a in p._actions if a.option_strings and a.dest != "help"}
-    assert set(helps) == {"--dtype", "--backend-option", "--kv-pages", "--host-pages"}
+    assert set(helps) == {"--dtype", "--device", "--backend-option", "--kv-pages", "--host-pages"}
     assert all(h and "\n" not in h for h in helps.values())

@@ -55,6 +55,17 @@ def _guest_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("pie-wasm-") and t.name != "pie-wasm-epochs"]
 
 
+def _guests_gone(within_s: float = 3.0) -> bool:
+    """Whether every guest thread and store is gone within ``within_s``: a guest's thread leaves
+    right after its final event, on a loaded machine not at once; a leak stays."""
+    deadline = time.monotonic() + within_s
+    while _guest_threads() or live_stores():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.mark.parametrize("kind", sorted(WAITERS))
 def test_a_waiting_guest_ends_at_its_wall_time_limit(security_engine, tmp_path: Path, kind: str) -> None:
     launcher = _launcher(wall_s=1.0)
@@ -70,11 +81,7 @@ def test_a_waiting_guest_ends_at_its_wall_time_limit(security_engine, tmp_path: 
     final, took = asyncio.run(main())
     assert final.kind == "error" and "wall-time limit of 1s" in str(final.value), final
     assert took < 3.0, f"the {kind} guest ended {took:.1f}s after starting, its limit is 1s"
-    for _ in range(40):  # its thread leaves right after the final event (on a loaded machine, not at once)
-        if not _guest_threads() and live_stores() == 0:
-            break
-        time.sleep(0.05)
-    assert not _guest_threads() and live_stores() == 0
+    assert _guests_gone(), (_guest_threads(), live_stores())
 
 
 def test_terminated_guests_free_their_thread_and_store(security_engine, tmp_path: Path) -> None:
@@ -97,8 +104,7 @@ def test_terminated_guests_free_their_thread_and_store(security_engine, tmp_path
     for _ in range(3):  # terminate and relaunch: nothing accumulates
         took = asyncio.run(once())
         assert took < 2.0, f"the terminated guest took {took:.1f}s to end"
-        assert not _guest_threads(), "a terminated guest's thread still runs"
-        assert live_stores() == 0, "a terminated guest's store (and its 64 MiB) is still alive"
+        assert _guests_gone(), f"a terminated guest's thread {_guest_threads()} or store ({live_stores()}, 64 MiB each) is still alive"
 
 
 def test_a_sleeping_guest_is_terminated_through_the_server(hostile, tmp_path: Path) -> None:
@@ -114,11 +120,7 @@ def test_a_sleeping_guest_is_terminated_through_the_server(hostile, tmp_path: Pa
             with pytest.raises(Exception):
                 await asyncio.wait_for(proc.wait(), 3)
             assert time.monotonic() - start < 3
-            for _ in range(50):
-                if not _guest_threads():
-                    break
-                await asyncio.sleep(0.05)
-            assert not _guest_threads() and live_stores() == 0
+            assert await asyncio.to_thread(_guests_gone), (_guest_threads(), live_stores())
             assert s.server.processes.running_of("mallory") == 0
 
     hostile(scenario, launcher=_launcher(wall_s=60.0))
